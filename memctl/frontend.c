@@ -1,0 +1,282 @@
+/* The front end: offers trace records in order, up to issue_width requests per cycle once
+ * their arrival cycle has passed, stopping at the first the controller refuses (a full
+ * queue). Markers take effect at their place in the trace. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+static int ensure_layer(mc_sim *sim, uint32_t id)
+{
+    if (id < sim->nlayers) return MC_OK;
+    if (id >= sim->layers_cap) {
+        uint64_t cap = sim->layers_cap ? sim->layers_cap : 64;
+        while (cap <= id) cap *= 2;
+        layer_span *p = realloc(sim->layers, cap * sizeof *p);
+        if (!p) return mc_set_error(sim, MC_ERR_MEMORY, "out of memory for layer %u", id);
+        sim->layers = p;
+        sim->layers_cap = cap;
+    }
+    for (uint64_t i = sim->nlayers; i <= id; i++) {
+        sim->layers[i].start = NEVER;
+        sim->layers[i].end = 0;
+        sim->layers[i].requests = 0;
+    }
+    sim->nlayers = (uint64_t)id + 1;
+    return MC_OK;
+}
+
+static int apply_param(mc_sim *sim, const mc_record *r, uint64_t index)
+{
+    tick v = (tick)r->value;
+    switch (r->param) {
+    case MC_P_HIGH_WATERMARK: sim->hwm[MC_HOST] = sim->hwm[MC_PIM] = (int)r->value; break;
+    case MC_P_HOST_HWM: sim->hwm[MC_HOST] = (int)r->value; break;
+    case MC_P_PIM_HWM: sim->hwm[MC_PIM] = (int)r->value; break;
+    case MC_P_EPOCH_CAP: sim->epoch_cap = v > 0 ? v : NEVER; break;
+    case MC_P_MIN_EPOCH: sim->min_epoch = v; break;
+    case MC_P_LOW_WATERMARK: sim->lwm[MC_HOST] = sim->lwm[MC_PIM] = (int)r->value; break;
+    case MC_P_HOST_LWM: sim->lwm[MC_HOST] = (int)r->value; break;
+    case MC_P_PIM_LWM: sim->lwm[MC_PIM] = (int)r->value; break;
+    default:
+        return mc_set_error(sim, MC_ERR_TRACE, "record %llu: unknown policy parameter id %u",
+                            (unsigned long long)index, (unsigned)r->param);
+    }
+    for (int c = 0; c < sim->nch; c++) {
+        sim->ch[c].next_event = MINT(sim->ch[c].next_event, sim->now);
+        sim->ch[c].scan_valid = 0;
+    }
+    return MC_OK;
+}
+
+/* a host read of an address with a write still queued gets the written data at once */
+static int forward_read(const channel *c, int b, uint64_t addr)
+{
+    for (int32_t h = c->banks[b].head[DIR_WR]; h >= 0; h = c->slots[h].next)
+        if (c->slots[h].addr == addr) return 1;
+    for (int32_t h = c->txq_head[DIR_WR]; h >= 0; h = c->slots[h].next)
+        if (c->slots[h].addr == addr) return 1;
+    return 0;
+}
+
+static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t layer, tick t)
+{
+    const mc_config *k = &sim->cfg;
+    int64_t f[MC_F_COUNT];
+    if (rec->addr >= sim->capacity) {
+        mc_set_error(sim, MC_ERR_TRACE,
+                     "record %llu: address 0x%llx is beyond the capacity (0x%llx bytes)",
+                     (unsigned long long)index, (unsigned long long)rec->addr,
+                     (unsigned long long)sim->capacity);
+        return -1;
+    }
+    mc_decode_fields(sim, rec->addr, f);
+    channel *c = &sim->ch[f[MC_F_CHANNEL] * k->pseudo_channels + f[MC_F_PCH]];
+    int dir = rec->op == MC_WRITE;
+    int who = rec->requestor;
+    int b = (int)((f[MC_F_RANK] * k->bankgroups + f[MC_F_BANKGROUP]) * k->banks_per_group +
+                  f[MC_F_BANK]);
+    if (who == MC_HOST && !((sim->host_banks >> b) & 1))
+        b = sim->host_bank_list[b % sim->host_bank_count]; /* bank_partition: fold into host banks */
+    if (who == MC_HOST && !dir && forward_read(c, b, rec->addr)) {
+        req tmp = {0};
+        tmp.arrival = t;
+        tmp.index = index;
+        tmp.addr = rec->addr;
+        tmp.layer = layer;
+        tmp.op = MC_READ;
+        tmp.requestor = MC_HOST;
+        tmp.cls = CLS_HIT;
+        mc_record_latency(sim, c, &tmp, t + 1, -1);
+        if (t + 1 > sim->last_read_done) sim->last_read_done = t + 1;
+        return 1;
+    }
+    int full = who == MC_HOST ? c->txq_count[dir] >= k->queue_depth
+                              : c->qcount[MC_PIM][dir] >= k->queue_depth;
+    if (full || c->free_head < 0) return 0;
+    mc_account(sim, c, t);
+    int32_t s = c->free_head;
+    req *q = &c->slots[s];
+    c->free_head = q->next;
+    q->arrival = t;
+    q->index = index;
+    q->seq = sim->seq++;
+    q->addr = rec->addr;
+    q->layer = layer;
+    q->row = (int32_t)f[MC_F_ROW];
+    q->col = (int32_t)f[MC_F_COLUMN];
+    q->bank = (uint16_t)b;
+    q->op = (uint8_t)rec->op;
+    q->requestor = (uint8_t)who;
+    q->cls = CLS_HIT;
+    q->next = -1;
+    if (who == MC_HOST) { /* into the transaction queue; the scheduler moves it to its bank */
+        if (c->txq_tail[dir] >= 0) c->slots[c->txq_tail[dir]].next = s; else c->txq_head[dir] = s;
+        c->txq_tail[dir] = s;
+        c->txq_count[dir]++;
+    } else {
+        if (c->pim_tail >= 0) c->slots[c->pim_tail].next = s; else c->pim_head = s;
+        c->scan_valid = 0; /* a new PIM head can be a candidate */
+        c->pim_tail = s;
+        c->pim_count++;
+    }
+    c->qcount[who][dir]++;
+    sim->outstanding++;
+    if (dir && t > sim->last_write_accept) sim->last_write_accept = t;
+    mc_account(sim, c, t);
+    c->next_event = MINT(c->next_event, t);
+    return 1;
+}
+
+static int barrier_clear(const mc_sim *sim, tick t) { return sim->outstanding == 0 && t >= sim->last_done; }
+
+static tick barrier_wake(const mc_sim *sim, tick t)
+{
+    return sim->outstanding ? NEVER : MAXT(t + 1, sim->last_done);
+}
+
+/* the front end starts waiting for all outstanding work: channels holding a few writes
+ * must drain them now */
+static void start_waiting(mc_sim *sim, tick t)
+{
+    if (!sim->fe_barrier)
+        for (int c = 0; c < sim->nch; c++) sim->ch[c].next_event = MINT(sim->ch[c].next_event, t);
+    sim->fe_barrier = 1;
+}
+
+void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick t)
+{
+    c->slots[slot].next = c->free_head;
+    c->free_head = slot;
+    sim->outstanding--;
+    for (int k = 0; k < sim->cursors; k++) {
+        cursor *cu = &sim->cur[k];
+        if (cu->blocked) {
+            cu->blocked = 0;
+            cu->next = MINT(cu->next, t + 1);
+        }
+        if (sim->fe_barrier && sim->outstanding == 0) cu->next = MINT(cu->next, MAXT(t + 1, sim->last_done));
+    }
+}
+
+/* A barrier is passed by every cursor together, once all have reached it and all work
+ * before it has completed. */
+static int pass_barrier(mc_sim *sim, cursor *cu, tick t)
+{
+    if (!cu->barrier) {
+        cu->barrier = 1;
+        start_waiting(sim, t);
+    }
+    for (int k = 0; k < sim->cursors; k++)
+        if (!sim->cur[k].barrier || sim->cur[k].pos != cu->pos) {
+            cu->next = NEVER; /* woken when the other cursor arrives */
+            return 0;
+        }
+    if (!barrier_clear(sim, t)) {
+        cu->next = barrier_wake(sim, t);
+        return 0;
+    }
+    for (int k = 0; k < sim->cursors; k++) {
+        cursor *o = &sim->cur[k];
+        o->barrier = 0;
+        if (o != cu) {
+            o->pos++;
+            o->next = t;
+        }
+    }
+    sim->fe_barrier = 0;
+    return 1;
+}
+
+static int step_cursor(mc_sim *sim, int k, const mc_record *recs, uint64_t n, tick t)
+{
+    const mc_config *cf = &sim->cfg;
+    cursor *cu = &sim->cur[k];
+    if (cu->cycle != t) {
+        cu->cycle = t;
+        cu->offers = 0;
+    }
+    while (cu->pos < sim->base + n) {
+        const mc_record *r = &recs[cu->pos - sim->base];
+        switch (r->op) {
+        case MC_LAYER: {
+            int rc = ensure_layer(sim, r->value);
+            if (rc) return rc;
+            cu->layer = r->value;
+            break;
+        }
+        case MC_PARAM:
+            if (cu->pos >= sim->param_upto) {
+                int rc = apply_param(sim, r, cu->pos);
+                if (rc) return rc;
+                sim->param_upto = cu->pos + 1;
+            }
+            break;
+        case MC_BARRIER:
+            if (!pass_barrier(sim, cu, t)) return MC_OK;
+            break;
+        case MC_READ:
+        case MC_WRITE: {
+            if (r->requestor >= MC_NUM_REQ)
+                return mc_set_error(sim, MC_ERR_TRACE, "record %llu: unknown requestor %u",
+                                    (unsigned long long)cu->pos, (unsigned)r->requestor);
+            if (sim->cursors == 2 && r->requestor != k) break; /* the other cursor's */
+            if ((tick)r->cycle > t) {
+                cu->next = (tick)r->cycle;
+                return MC_OK;
+            }
+            if (cu->offers >= (uint64_t)cf->issue_width) {
+                cu->next = t + 1;
+                return MC_OK;
+            }
+            if (r->requestor == MC_PIM && !cf->pim_enabled)
+                return mc_set_error(sim, MC_ERR_TRACE,
+                                    "record %llu: a PIM request, but the part has no [pim] units",
+                                    (unsigned long long)cu->pos);
+            if (sim->policy->barrier_on_switch && sim->fe_last_req >= 0 &&
+                r->requestor != sim->fe_last_req) {
+                if (!barrier_clear(sim, t)) { /* serial: the other side's phase must finish */
+                    start_waiting(sim, t);
+                    cu->next = barrier_wake(sim, t);
+                    return MC_OK;
+                }
+                sim->fe_barrier = 0;
+            }
+            int ok = enqueue(sim, r, cu->pos, cu->layer, t);
+            if (ok < 0) return MC_ERR_TRACE;
+            if (!ok) {
+                cu->blocked = 1;
+                cu->next = NEVER;
+                return MC_OK;
+            }
+            sim->fe_last_req = r->requestor;
+            cu->offers++;
+            sim->requests++;
+            break;
+        }
+        default:
+            return mc_set_error(sim, MC_ERR_TRACE, "record %llu: unknown op %u",
+                                (unsigned long long)cu->pos, (unsigned)r->op);
+        }
+        cu->pos++;
+    }
+    cu->next = sim->fe_done ? NEVER : t; /* at the end of the records it has */
+    return MC_OK;
+}
+
+int mc_frontend_step(mc_sim *sim, const mc_record *recs, uint64_t n, tick t)
+{
+    for (int k = 0; k < sim->cursors; k++) {
+        if (sim->cur[k].next > t) continue;
+        int rc = step_cursor(sim, k, recs, n, t);
+        if (rc) return rc;
+    }
+    return MC_OK;
+}
+
+tick mc_frontend_next(const mc_sim *sim, uint64_t n)
+{
+    tick next = NEVER;
+    for (int k = 0; k < sim->cursors; k++)
+        if (sim->cur[k].pos < sim->base + n) next = MINT(next, sim->cur[k].next);
+    return next;
+}

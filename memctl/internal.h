@@ -1,0 +1,208 @@
+/* memctl internals: the state of banks, ranks, channels and the front end. */
+#ifndef MEMCTL_INTERNAL_H
+#define MEMCTL_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memctl.h"
+
+typedef int64_t tick;
+#define NEVER ((tick)INT64_MAX / 4)
+#define MAXT(a, b) ((a) > (b) ? (a) : (b))
+#define MINT(a, b) ((a) < (b) ? (a) : (b))
+
+enum { DIR_RD = 0, DIR_WR = 1 };
+enum { CLS_HIT = 0, CLS_MISS = 1, CLS_CONFLICT = 2 };
+
+/* one queued request */
+typedef struct req {
+    tick arrival;
+    uint64_t index;   /* position among all requests of the run */
+    uint64_t seq;     /* age order inside the controller */
+    uint64_t addr;
+    uint32_t layer;
+    int32_t row, col;
+    int32_t next;     /* next slot in its bank list / PIM FIFO, -1 at the end */
+    uint16_t bank;    /* bank index in the channel: (rank * bankgroups + bg) * banks_per_group + ba */
+    uint8_t op, requestor, cls, pad;
+} req;
+
+typedef struct bank {
+    int32_t open_row;          /* -1: closed */
+    int32_t hits;              /* column commands since the row opened */
+    tick next_act, next_pre, next_rd, next_wr;
+    tick closed_at;            /* last PRE + tRP: the bank counts as closed from then on */
+    int32_t head[2], tail[2];  /* host request lists per direction, oldest first */
+    int32_t count[2];
+    /* the scheduler's choice for this bank, recomputed only when the bank changed */
+    int32_t col_slot[2], col_prev[2]; /* oldest row hit per direction, -1 if none */
+    int32_t other_cmd, other_slot;    /* ACT or PRE for the oldest request, -1 if none */
+} bank;
+
+typedef struct group {        /* one bank group of one rank */
+    tick next_act, next_rd, next_wr;
+} group;
+
+typedef struct rank_state {
+    tick next_act, next_rd, next_wr;
+    tick faw[4];
+    int faw_pos;
+    tick refresh_due;
+    int refresh_pending;
+} rank_state;
+
+#define HIST_EXACT 4096
+#define HIST_SUB 16
+#define HIST_LOG 48
+#define HIST_BINS (HIST_EXACT + HIST_LOG * HIST_SUB)
+
+typedef struct req_stats {
+    mc_chan_stats s;
+    uint64_t *hist;            /* HIST_BINS latency counts */
+    int state;                 /* 0 idle, 1 active, 2 blocked: for cycle accounting */
+    tick state_since;
+} req_stats;
+
+typedef struct channel {
+    int index;
+    bank banks[MC_MAX_BANKS];
+    group *groups;             /* ranks * bankgroups */
+    rank_state *ranks;
+    req *slots;
+    int32_t free_head;
+    int qcount[MC_NUM_REQ][2];
+    int32_t txq_head[2], txq_tail[2]; /* host transaction queues (read queue, write buffer) */
+    int txq_count[2];
+    int drain_left;            /* writes still to move in the current write drain */
+    uint64_t pending_mask[2];  /* banks with host reads / writes in their command queues */
+    uint64_t open_mask;        /* banks with an open row */
+    uint64_t dirty_mask;       /* banks whose choice must be recomputed */
+    uint64_t col_mask[2];      /* banks whose choice includes a RD / WR row hit */
+    uint64_t act_mask, pre_mask; /* banks whose choice is ACT / PRE */
+    int32_t pim_head, pim_tail;
+    int pim_count;
+    /* sharing */
+    int mode;                  /* 0 normal, 1 all-bank PIM */
+    int owner;                 /* requestor holding access authority */
+    int switching;             /* 1 while handing authority over */
+    tick mode_ready;           /* no command before this (mode-switch latency) */
+    tick epoch_start;          /* when the current owner could first issue */
+    uint64_t epoch_served;     /* requests the owner completed in this epoch */
+    int32_t pim_row;           /* row open in every bank of the PIM scope, -1 none */
+    tick pim_next_col;
+    /* scheduling */
+    tick next_row, next_col;   /* command bus free for row (ACT/PRE/REF) / column commands */
+    tick next_event;
+    int scan_valid;            /* scan_ready holds since the last full scan: nothing issued */
+    tick scan_ready;           /* earliest cycle any candidate of that scan can issue */
+    uint64_t mode_switches, epochs;
+    req_stats rs[MC_NUM_REQ];
+} channel;
+
+typedef struct cursor {
+    uint64_t pos;              /* absolute index of the next record to look at */
+    uint32_t layer;
+    tick next;                 /* earliest cycle this cursor can act */
+    tick cycle;                /* cycle of the last offers */
+    uint64_t offers;           /* requests offered in that cycle */
+    int blocked;               /* waiting for a queue slot */
+    int barrier;               /* waiting at a barrier */
+} cursor;
+
+typedef struct layer_span {
+    tick start, end;
+    uint64_t requests;
+} layer_span;
+
+struct mc_policy;
+
+struct mc_sim {
+    mc_config cfg;
+    const struct mc_policy *policy;
+    char err[512];
+    int nch;                   /* channels x pseudo-channels */
+    int nbanks;                /* banks per channel */
+    int pim_scope_count;
+    uint64_t pim_scope;        /* banks that PIM commands act on */
+    uint64_t host_banks;       /* banks the host may use */
+    int host_bank_list[MC_MAX_BANKS];
+    int host_bank_count;
+    uint8_t bank_rank[MC_MAX_BANKS];
+    uint16_t bank_group[MC_MAX_BANKS]; /* index into channel.groups */
+    uint64_t capacity;
+    channel *ch;
+    /* authority parameters (current) */
+    int hwm[MC_NUM_REQ], lwm[MC_NUM_REQ];
+    tick epoch_cap, min_epoch;
+    /* time */
+    tick now;
+    uint64_t seq;
+    /* front end: one cursor per requestor walks the trace (serial: one cursor for both) */
+    int cursors;               /* 1 or 2 */
+    cursor cur[MC_NUM_REQ];
+    uint64_t base;             /* absolute index of recs[0] in the current mc_feed */
+    uint64_t param_upto;       /* PARAM records before this index have been applied */
+    uint64_t requests;
+    int fe_done;               /* no records after the current ones (last chunk) */
+    int fe_barrier;            /* some cursor waits at a barrier */
+    int fe_last_req;           /* requestor of the last offered request (serial policy) */
+    uint64_t outstanding;      /* accepted, not yet completed */
+    tick last_done;            /* latest completion so far */
+    tick last_read_done, last_write_accept;
+    /* results */
+    uint64_t commands, refreshes;
+    int paused;
+    mc_cmd *log;
+    uint64_t log_len, log_cap, log_limit;
+    int log_on;
+    uint64_t *comp_index, *comp_cycle, *comp_issue;
+    uint64_t comp_len, comp_cap;
+    layer_span *layers;
+    uint64_t nlayers, layers_cap;
+};
+
+typedef struct mc_policy {
+    const char *name;
+    int partition_banks;   /* host and PIM own separate banks; no PIM mode */
+    int barrier_on_switch; /* front end drains everything when the requestor changes */
+    /* may authority pass from the owner to the other side at t? sets *wake to the next cycle
+     * the answer could change (NEVER if only a queue change can change it) */
+    int (*hand_over)(const mc_sim *sim, const channel *c, tick t, tick *wake);
+} mc_policy;
+
+const mc_policy *mc_find_policy(const char *name);
+
+/* address.c */
+void mc_decode_fields(const mc_sim *sim, uint64_t addr, int64_t *f);
+
+/* timing.c: issuing a command updates every level it constrains */
+tick mc_act_ready(const mc_sim *sim, const channel *c, int b);
+tick mc_col_ready(const mc_sim *sim, const channel *c, int b, int dir);
+void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t);
+void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t);
+void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t);
+void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t);
+tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd);
+void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t);
+
+/* log.c */
+void mc_log_cmd(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t row,
+                int32_t col, tick t);
+
+/* stats.c */
+void mc_stats_init_channel(mc_sim *sim, channel *c);
+void mc_account(mc_sim *sim, channel *c, tick t);
+void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick issue);
+int mc_set_error(mc_sim *sim, int code, const char *fmt, ...);
+
+/* scheduler.c */
+void mc_channel_step(mc_sim *sim, channel *c, tick t);
+int mc_can_serve(const mc_sim *sim, const channel *c, int requestor, tick t);
+
+/* frontend.c */
+int mc_frontend_step(mc_sim *sim, const mc_record *recs, uint64_t n, tick t);
+tick mc_frontend_next(const mc_sim *sim, uint64_t n);
+void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick t);
+
+#endif

@@ -1,0 +1,57 @@
+/* The optional command log: every DRAM command the controller issues. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+void mc_log_cmd(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t row,
+                int32_t col, tick t)
+{
+    sim->commands++;
+    if (!sim->log_on) return;
+    if (sim->log_len == sim->log_cap) {
+        uint64_t cap = sim->log_cap ? sim->log_cap * 2 : 4096;
+        mc_cmd *p = realloc(sim->log, cap * sizeof *p);
+        if (!p) {
+            sim->log_on = 0; /* out of memory: stop logging, report at the next pause */
+            mc_set_error(sim, MC_ERR_MEMORY, "out of memory growing the command log");
+            return;
+        }
+        sim->log = p;
+        sim->log_cap = cap;
+    }
+    const mc_config *k = &sim->cfg;
+    mc_cmd *e = &sim->log[sim->log_len++];
+    e->cycle = (uint64_t)t;
+    e->channel = (uint8_t)(c->index / k->pseudo_channels);
+    e->pseudo_channel = (uint8_t)(c->index % k->pseudo_channels);
+    if (b >= 0) {
+        e->rank = (uint8_t)(b / (k->bankgroups * k->banks_per_group));
+        e->bankgroup = (uint8_t)((b / k->banks_per_group) % k->bankgroups);
+        e->bank = (int8_t)(b % k->banks_per_group);
+    } else {
+        e->rank = (uint8_t)(b == -1 ? 0 : -b - 2); /* REF passes -(rank + 2) */
+        e->bankgroup = 0xff;
+        e->bank = -1;
+    }
+    e->row = row;
+    e->column = col;
+    e->command = (uint8_t)cmd;
+    e->requestor = (uint8_t)by;
+    e->pad = 0;
+    if (sim->log_len >= sim->log_limit) sim->paused = 1;
+}
+
+void mc_cmdlog_enable(mc_sim *sim, uint64_t limit)
+{
+    sim->log_on = 1;
+    sim->log_limit = limit ? limit : (1ull << 20);
+}
+
+uint64_t mc_cmdlog_take(mc_sim *sim, mc_cmd *out, uint64_t max)
+{
+    uint64_t n = sim->log_len < max ? sim->log_len : max;
+    for (uint64_t i = 0; i < n; i++) out[i] = sim->log[i];
+    for (uint64_t i = n; i < sim->log_len; i++) sim->log[i - n] = sim->log[i];
+    sim->log_len -= n;
+    return n;
+}

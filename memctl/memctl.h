@@ -1,0 +1,149 @@
+/* memctl: a cycle-level model of a DRAM memory controller shared by a host and PIM units.
+ *
+ * Public API, used by pimrt through cffi (native/memctl_build.py). Every function that can
+ * fail returns MC_OK or an error code and leaves a message in mc_error(sim); nothing aborts.
+ */
+#ifndef MEMCTL_H
+#define MEMCTL_H
+
+#include <stdint.h>
+
+#define MC_OK 0
+#define MC_ERR_CONFIG 1    /* impossible configuration */
+#define MC_ERR_TRACE 2     /* a record the controller cannot take (bad op, address too large) */
+#define MC_ERR_STATE 3     /* internal invariant broken (a bug): message says which */
+#define MC_ERR_MEMORY 4
+#define MC_PAUSED 5        /* mc_feed returned early so the caller can drain the command log */
+
+#define MC_MAX_CHANNELS 64
+#define MC_MAX_BANKS 64    /* banks per channel (ranks x bank groups x banks) */
+#define MC_NUM_REQ 2       /* requestors: 0 host, 1 pim */
+
+/* record ops (pimrt.trace.records) */
+enum { MC_READ = 0, MC_WRITE = 1, MC_LAYER = 2, MC_PARAM = 3, MC_BARRIER = 4 };
+enum { MC_HOST = 0, MC_PIM = 1 };
+/* PARAM ids */
+enum {
+    MC_P_HIGH_WATERMARK = 1, MC_P_HOST_HWM = 2, MC_P_PIM_HWM = 3, MC_P_EPOCH_CAP = 4,
+    MC_P_MIN_EPOCH = 5, MC_P_LOW_WATERMARK = 6, MC_P_HOST_LWM = 7, MC_P_PIM_LWM = 8
+};
+/* address fields */
+enum { MC_F_ROW = 0, MC_F_RANK, MC_F_BANKGROUP, MC_F_BANK, MC_F_CHANNEL, MC_F_PCH, MC_F_COLUMN,
+       MC_F_COUNT };
+/* commands (command log) */
+enum {
+    MC_CMD_ACT = 0, MC_CMD_PRE, MC_CMD_RD, MC_CMD_WR, MC_CMD_REF,
+    MC_CMD_PIM_ENTER, MC_CMD_PIM_EXIT, MC_CMD_PIM_ACT, MC_CMD_PIM_RD, MC_CMD_PIM_WR,
+    MC_CMD_PIM_PRE, MC_CMD_COUNT
+};
+enum { MC_BY_HOST = 0, MC_BY_PIM = 1, MC_BY_CTRL = 2 };
+
+typedef struct mc_record {
+    uint64_t cycle;
+    uint64_t addr;
+    uint32_t value;
+    uint8_t op;
+    uint8_t requestor;
+    uint16_t param;
+} mc_record;
+
+typedef struct mc_config {
+    /* organisation */
+    int channels, pseudo_channels, ranks, bankgroups, banks_per_group, rows, columns;
+    int request_bytes;
+    /* address mapping: fields msb..lsb, with their bit counts; offset_bits below them */
+    int map_fields[MC_F_COUNT];
+    int map_bits[MC_F_COUNT];
+    int map_count;
+    int offset_bits;
+    /* timing, memory cycles */
+    int burst, CL, CWL, tRCDRD, tRCDWR, tRP, tRAS, tRC, tCCD_S, tCCD_L, tRRD_S, tRRD_L, tFAW;
+    int tWR, tWTR_S, tWTR_L, tRTP, tRTRS, tREFI, tRFC;
+    /* controller */
+    int queue_depth;          /* transaction queue per requestor, channel and direction */
+    int bank_queue_depth;     /* command queue per bank (host); 0: as deep as needed */
+    int dual_command_bus;     /* a row and a column command may issue in the same cycle (HBM) */
+    int row_hit_cap;
+    int write_high, write_low;
+    int closed_page;          /* 0 open-page, 1 closed-page */
+    int refresh;              /* 0 none, 1 per rank */
+    int issue_width;          /* front end: requests offered per cycle */
+    /* PIM */
+    int pim_enabled;
+    int pim_column_cycles;    /* between two all-bank column commands */
+    int mode_switch_cycles;
+    /* sharing policy by name: "serial", "bank_partition", "authority" */
+    char policy[32];
+    uint64_t pim_bank_mask;   /* bank_partition: banks (index in channel) that belong to the PIM */
+    /* authority defaults (PARAM records change them) */
+    int host_hwm, pim_hwm;    /* 0: 3/4 of queue_depth */
+    int host_lwm, pim_lwm;    /* 0: 1/4 of queue_depth; -1: none */
+    int64_t epoch_cap, min_epoch;
+    int keep_completions;     /* record (request index, finish cycle) for tests */
+} mc_config;
+
+typedef struct mc_cmd {
+    uint64_t cycle;
+    int32_t row, column;
+    uint8_t channel, pseudo_channel, rank, bankgroup;
+    int8_t bank;              /* -1: all banks of the scope (PIM), or a rank command (REF) */
+    uint8_t command;
+    uint8_t requestor;        /* MC_BY_* */
+    uint8_t pad;
+} mc_cmd;
+
+typedef struct mc_chan_stats {
+    uint64_t reads, writes, bytes;
+    uint64_t latency_sum, latency_max;
+    uint64_t row_hits, row_misses, row_conflicts;
+    uint64_t cycles_idle, cycles_blocked, cycles_active;
+    uint64_t p99_latency;     /* filled by mc_get_stats */
+} mc_chan_stats;
+
+typedef struct mc_summary {
+    uint64_t cycles;          /* last read returned and last write accepted */
+    uint64_t drain_cycles;    /* every queued write also issued */
+    uint64_t requests, commands, refreshes, mode_switches, epochs;
+    uint64_t records;         /* records consumed, markers included */
+    uint64_t layers;
+} mc_summary;
+
+typedef struct mc_sim mc_sim;
+
+mc_sim *mc_new(const mc_config *cfg, char *err, int errlen);
+void mc_free(mc_sim *sim);
+const char *mc_error(const mc_sim *sim);
+
+/* Offer records in trace order. The host and the PIM each walk the trace with their own
+ * cursor (the serial policy: one cursor for both), so one requestor's full queue does not
+ * hold the other back. Returns MC_OK when a cursor needs records beyond these (call again
+ * with recs starting at the record *consumed says, followed by the next ones; with last set
+ * when there are no more), MC_PAUSED when the command log holds more than its limit (drain
+ * it, then call again likewise), or an error. recs[0] must be the first record not yet
+ * consumed. With last set, MC_OK means every record has been offered. */
+int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed);
+/* Run until every request has completed (after the last mc_feed). MC_PAUSED as above. */
+int mc_finish(mc_sim *sim);
+
+void mc_cmdlog_enable(mc_sim *sim, uint64_t limit);
+uint64_t mc_cmdlog_take(mc_sim *sim, mc_cmd *out, uint64_t max);
+
+void mc_get_summary(const mc_sim *sim, mc_summary *out);
+/* stats of one requestor on one channel (channel index counts pseudo-channels) */
+void mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_stats *out);
+/* latency histogram (cycles) of a requestor over all channels: counts per latency bin */
+int mc_latency_percentile(const mc_sim *sim, int requestor, int channel, double q, uint64_t *out);
+uint64_t mc_mode_switches(const mc_sim *sim, int channel);
+/* completions, when keep_completions: record index in the trace (markers counted), the cycle
+ * the request completed and the cycle its column command issued (UINT64_MAX for a read
+ * served from a queued write) */
+uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint64_t *issue,
+                             uint64_t max);
+/* decode one address into fields (channel counts pseudo-channels): for tests */
+void mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields);
+/* per-layer cycle spans: first and last cycle a request of the layer was served */
+uint64_t mc_layer_count(const mc_sim *sim);
+void mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
+                   uint64_t *requests);
+
+#endif

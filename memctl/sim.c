@@ -1,0 +1,248 @@
+/* The simulation: building a controller from a config, and the event loop that advances
+ * time straight to the next cycle in which the front end or some channel can act. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int check_config(mc_sim *sim, const mc_config *k)
+{
+#define NEED(cond, ...) \
+    do { if (!(cond)) return mc_set_error(sim, MC_ERR_CONFIG, __VA_ARGS__); } while (0)
+    NEED(k->channels > 0 && k->pseudo_channels > 0, "channels and pseudo_channels must be > 0");
+    NEED(k->channels * k->pseudo_channels <= MC_MAX_CHANNELS, "at most %d channels x pseudo_channels",
+         MC_MAX_CHANNELS);
+    NEED(k->ranks <= 8, "at most 8 ranks per channel");
+    NEED(k->ranks > 0 && k->bankgroups > 0 && k->banks_per_group > 0,
+         "ranks, bankgroups and banks_per_group must be > 0");
+    NEED(k->ranks * k->bankgroups * k->banks_per_group <= MC_MAX_BANKS,
+         "at most %d banks per channel (ranks x bankgroups x banks_per_group)", MC_MAX_BANKS);
+    NEED(k->rows > 0 && k->columns > 0, "rows and columns must be > 0");
+    NEED(k->request_bytes > 0, "request_bytes must be > 0");
+    NEED(k->burst > 0, "burst must be > 0");
+    NEED(k->tRAS <= k->tRC, "tRAS (%d) > tRC (%d)", k->tRAS, k->tRC);
+    NEED(k->tRCDRD > 0 && k->tRCDWR > 0 && k->tRP > 0 && k->tRAS > 0, "tRCD, tRP, tRAS must be > 0");
+    NEED(k->CL > 0 && k->CWL >= 0, "CL must be > 0 and CWL >= 0");
+    NEED(k->CL + k->burst + k->tRTRS >= k->CWL, "CL + burst + tRTRS must be >= CWL");
+    NEED(k->queue_depth > 0, "queue_depth must be > 0");
+    NEED(k->bank_queue_depth >= 0, "bank_queue_depth must be >= 0");
+    NEED(k->write_low >= 0 && k->write_low < k->write_high && k->write_high <= k->queue_depth,
+         "need 0 <= write_low_watermark < write_high_watermark <= queue_depth");
+    NEED(k->issue_width > 0, "issue_width must be > 0");
+    NEED(!k->refresh || (k->tREFI > 0 && k->tRFC > 0 && k->tRFC < k->tREFI),
+         "refresh needs 0 < tRFC < tREFI");
+    NEED(k->map_count > 0 && k->map_count <= MC_F_COUNT, "address mapping has no fields");
+    int bits = k->offset_bits;
+    for (int i = 0; i < k->map_count; i++) {
+        NEED(k->map_fields[i] >= 0 && k->map_fields[i] < MC_F_COUNT, "bad address field %d",
+             k->map_fields[i]);
+        NEED(k->map_bits[i] >= 0 && k->map_bits[i] < 40, "bad address field width %d", k->map_bits[i]);
+        bits += k->map_bits[i];
+    }
+    NEED(bits <= 62, "address mapping needs %d bits", bits);
+    NEED(!k->pim_enabled || (k->pim_column_cycles > 0 && k->mode_switch_cycles >= 0),
+         "pim_column_cycles must be > 0 and mode_switch_cycles >= 0");
+    return MC_OK;
+#undef NEED
+}
+
+mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
+{
+    mc_sim *sim = calloc(1, sizeof *sim);
+    if (!sim) {
+        snprintf(err, (size_t)errlen, "out of memory");
+        return NULL;
+    }
+    sim->cfg = *cfg;
+    sim->cfg.policy[sizeof sim->cfg.policy - 1] = 0;
+    int rc = check_config(sim, cfg);
+    if (!rc) {
+        sim->policy = mc_find_policy(sim->cfg.policy);
+        if (!sim->policy)
+            rc = mc_set_error(sim, MC_ERR_CONFIG,
+                              "unknown policy '%s' (serial, bank_partition, authority)",
+                              sim->cfg.policy);
+    }
+    const mc_config *k = &sim->cfg;
+    sim->nch = k->channels * k->pseudo_channels;
+    sim->nbanks = k->ranks * k->bankgroups * k->banks_per_group;
+    uint64_t all = sim->nbanks == 64 ? ~0ull : ((1ull << sim->nbanks) - 1);
+    if (!rc && sim->policy->partition_banks) {
+        if (!k->pim_enabled)
+            rc = mc_set_error(sim, MC_ERR_CONFIG, "bank_partition needs a part with PIM units");
+        sim->pim_scope = k->pim_bank_mask & all;
+        sim->host_banks = all & ~sim->pim_scope;
+        if (!rc && (!sim->pim_scope || !sim->host_banks))
+            rc = mc_set_error(sim, MC_ERR_CONFIG,
+                              "bank_partition: pim_bank_mask must leave banks to both sides");
+    } else {
+        sim->pim_scope = all;
+        sim->host_banks = all;
+    }
+    if (rc) {
+        snprintf(err, (size_t)errlen, "%s", sim->err);
+        free(sim);
+        return NULL;
+    }
+    sim->pim_scope_count = __builtin_popcountll(sim->pim_scope);
+    for (int b = 0; b < sim->nbanks; b++) {
+        sim->bank_rank[b] = (uint8_t)(b / (k->bankgroups * k->banks_per_group));
+        sim->bank_group[b] = (uint16_t)(b / k->banks_per_group);
+        if ((sim->host_banks >> b) & 1) sim->host_bank_list[sim->host_bank_count++] = b;
+    }
+    uint64_t cap = (uint64_t)k->request_bytes;
+    for (int i = 0; i < k->map_count; i++) cap <<= k->map_bits[i];
+    sim->capacity = cap;
+    sim->hwm[MC_HOST] = k->host_hwm > 0 ? k->host_hwm : (3 * k->queue_depth + 3) / 4;
+    sim->hwm[MC_PIM] = k->pim_hwm > 0 ? k->pim_hwm : (3 * k->queue_depth + 3) / 4;
+    sim->lwm[MC_HOST] = k->host_lwm != 0 ? k->host_lwm : k->queue_depth / 4;
+    sim->lwm[MC_PIM] = k->pim_lwm != 0 ? k->pim_lwm : k->queue_depth / 4;
+    sim->epoch_cap = k->epoch_cap > 0 ? k->epoch_cap : 2000;
+    sim->min_epoch = k->min_epoch;
+    sim->fe_last_req = -1;
+    sim->cursors = sim->policy->barrier_on_switch ? 1 : MC_NUM_REQ;
+    for (int k = 0; k < MC_NUM_REQ; k++) sim->cur[k].cycle = -1;
+    sim->ch = calloc((size_t)sim->nch, sizeof *sim->ch);
+    if (sim->cfg.bank_queue_depth <= 0) sim->cfg.bank_queue_depth = k->queue_depth;
+    /* host: read queue + write buffer + the banks' command queues; PIM: its two queues */
+    int slots = 4 * k->queue_depth + sim->nbanks * sim->cfg.bank_queue_depth;
+    int ok = sim->ch != NULL;
+    for (int ci = 0; ok && ci < sim->nch; ci++) {
+        channel *c = &sim->ch[ci];
+        c->index = ci;
+        c->groups = calloc((size_t)(k->ranks * k->bankgroups), sizeof *c->groups);
+        c->ranks = calloc((size_t)k->ranks, sizeof *c->ranks);
+        c->slots = calloc((size_t)slots, sizeof *c->slots);
+        for (int r = 0; r < MC_NUM_REQ; r++) {
+            c->rs[r].hist = calloc(HIST_BINS, sizeof(uint64_t));
+            ok = ok && c->rs[r].hist;
+        }
+        ok = ok && c->groups && c->ranks && c->slots;
+        if (!ok) break;
+        for (int s = 0; s < slots; s++) c->slots[s].next = s + 1 < slots ? s + 1 : -1;
+        c->free_head = 0;
+        for (int b = 0; b < MC_MAX_BANKS; b++) {
+            bank *bk = &c->banks[b];
+            bk->open_row = -1;
+            bk->head[0] = bk->head[1] = bk->tail[0] = bk->tail[1] = -1;
+        }
+        c->txq_head[0] = c->txq_head[1] = c->txq_tail[0] = c->txq_tail[1] = -1;
+        for (int r = 0; r < k->ranks; r++) {
+            for (int i = 0; i < 4; i++) c->ranks[r].faw[i] = -(tick)k->tFAW - 1;
+            /* ranks refresh staggered over tREFI */
+            c->ranks[r].refresh_due = (tick)k->tREFI * (r + 1) / k->ranks;
+        }
+        c->pim_head = c->pim_tail = -1;
+        c->pim_row = -1;
+        c->owner = MC_HOST;
+        mc_stats_init_channel(sim, c);
+    }
+    if (!ok) {
+        snprintf(err, (size_t)errlen, "out of memory");
+        mc_free(sim);
+        return NULL;
+    }
+    return sim;
+}
+
+void mc_free(mc_sim *sim)
+{
+    if (!sim) return;
+    for (int ci = 0; sim->ch && ci < sim->nch; ci++) {
+        channel *c = &sim->ch[ci];
+        free(c->groups);
+        free(c->ranks);
+        free(c->slots);
+        for (int r = 0; r < MC_NUM_REQ; r++) free(c->rs[r].hist);
+    }
+    free(sim->ch);
+    free(sim->log);
+    free(sim->comp_index);
+    free(sim->comp_cycle);
+    free(sim->comp_issue);
+    free(sim->layers);
+    free(sim);
+}
+
+static int starved(const mc_sim *sim, uint64_t n)
+{
+    for (int k = 0; k < sim->cursors; k++)
+        if (sim->cur[k].pos >= sim->base + n) return 1;
+    return 0;
+}
+
+static int all_offered(const mc_sim *sim, uint64_t n)
+{
+    for (int k = 0; k < sim->cursors; k++)
+        if (sim->cur[k].pos < sim->base + n) return 0;
+    return 1;
+}
+
+/* Advance until a cursor needs more records (recs != NULL) or all work is done (NULL). */
+static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
+{
+    for (;;) {
+        tick t = sim->now;
+        if (recs) {
+            int rc = mc_frontend_step(sim, recs, n, t);
+            if (rc) return rc;
+            if (sim->fe_done ? all_offered(sim, n) : starved(sim, n)) return MC_OK;
+        }
+        tick next = recs ? mc_frontend_next(sim, n) : NEVER;
+        for (int ci = 0; ci < sim->nch; ci++) {
+            channel *c = &sim->ch[ci];
+            if (c->next_event <= t) mc_channel_step(sim, c, t);
+            if (c->next_event < next) next = c->next_event;
+        }
+        if (sim->err[0]) return MC_ERR_MEMORY;
+        if (next >= NEVER) {
+            if (!recs) {
+                if (sim->outstanding)
+                    return mc_set_error(sim, MC_ERR_STATE,
+                                        "internal error: %llu requests can never be served",
+                                        (unsigned long long)sim->outstanding);
+                return MC_OK;
+            }
+            return mc_set_error(sim, MC_ERR_STATE,
+                                "internal error: the front end is stuck at cycle %lld",
+                                (long long)t);
+        }
+        if (!recs && sim->outstanding == 0) return MC_OK; /* only refresh left */
+        sim->now = MAXT(next, t + 1);
+        if (sim->paused) {
+            sim->paused = 0;
+            return MC_PAUSED;
+        }
+    }
+}
+
+int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed)
+{
+    *consumed = 0;
+    if (sim->err[0]) return MC_ERR_STATE;
+    sim->fe_done = last != 0;
+    for (int k = 0; k < sim->cursors; k++) /* new records: wake cursors that ran out */
+        if (sim->cur[k].next < sim->now) sim->cur[k].next = sim->now;
+    int rc = run(sim, recs, n);
+    uint64_t lo = sim->cur[0].pos;
+    for (int k = 1; k < sim->cursors; k++) lo = MINT(lo, sim->cur[k].pos);
+    *consumed = lo - sim->base;
+    sim->base = lo;
+    return rc;
+}
+
+int mc_finish(mc_sim *sim)
+{
+    if (sim->err[0]) return MC_ERR_STATE;
+    if (!sim->fe_done) {
+        sim->fe_done = 1;
+        for (int ci = 0; ci < sim->nch; ci++) sim->ch[ci].next_event = MINT(sim->ch[ci].next_event, sim->now);
+    }
+    int rc = run(sim, NULL, 0);
+    if (rc == MC_OK) { /* close the cycle accounting at the end of the run */
+        tick end = MAXT(sim->last_done, sim->now);
+        for (int ci = 0; ci < sim->nch; ci++) mc_account(sim, &sim->ch[ci], end);
+    }
+    return rc;
+}

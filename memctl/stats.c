@@ -1,0 +1,188 @@
+/* Statistics per requestor and channel: counts, latency histogram, cycle accounting. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+int mc_set_error(mc_sim *sim, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sim->err, sizeof sim->err, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *mc_error(const mc_sim *sim) { return sim->err; }
+
+void mc_stats_init_channel(mc_sim *sim, channel *c)
+{
+    (void)sim;
+    for (int r = 0; r < MC_NUM_REQ; r++) {
+        c->rs[r].state = 0;
+        c->rs[r].state_since = 0;
+    }
+}
+
+static size_t hist_bin(uint64_t lat)
+{
+    if (lat < HIST_EXACT) return (size_t)lat;
+    int lg = 63 - __builtin_clzll(lat);          /* >= 12 */
+    uint64_t sub = (lat >> (lg - 4)) & (HIST_SUB - 1);
+    size_t bin = HIST_EXACT + (size_t)(lg - 12) * HIST_SUB + (size_t)sub;
+    return bin < HIST_BINS ? bin : HIST_BINS - 1;
+}
+
+static uint64_t bin_value(size_t bin)
+{
+    if (bin < HIST_EXACT) return bin;
+    size_t lg = (bin - HIST_EXACT) / HIST_SUB + 12, sub = (bin - HIST_EXACT) % HIST_SUB;
+    return (1ull << lg) + ((uint64_t)sub << (lg - 4));
+}
+
+void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick issue)
+{
+    req_stats *st = &c->rs[r->requestor];
+    uint64_t lat = (uint64_t)(done - r->arrival);
+    if (r->op == MC_READ) st->s.reads++; else st->s.writes++;
+    st->s.latency_sum += lat;
+    if (lat > st->s.latency_max) st->s.latency_max = lat;
+    st->hist[hist_bin(lat)]++;
+    if (r->cls == CLS_HIT) st->s.row_hits++;
+    else if (r->cls == CLS_MISS) st->s.row_misses++;
+    else st->s.row_conflicts++;
+    if (done > sim->last_done) sim->last_done = done;
+    if (r->layer < sim->nlayers) {
+        layer_span *ls = &sim->layers[r->layer];
+        if (r->arrival < ls->start) ls->start = r->arrival;
+        if (done > ls->end) ls->end = done;
+        ls->requests++;
+    }
+    if (sim->cfg.keep_completions) {
+        if (sim->comp_len == sim->comp_cap) {
+            uint64_t cap = sim->comp_cap ? sim->comp_cap * 2 : 4096;
+            uint64_t *a = realloc(sim->comp_index, cap * sizeof *a);
+            if (a) sim->comp_index = a;
+            uint64_t *b = realloc(sim->comp_cycle, cap * sizeof *b);
+            if (b) sim->comp_cycle = b;
+            uint64_t *d = realloc(sim->comp_issue, cap * sizeof *d);
+            if (d) sim->comp_issue = d;
+            if (!a || !b || !d) {
+                mc_set_error(sim, MC_ERR_MEMORY, "out of memory keeping completions");
+                sim->cfg.keep_completions = 0;
+                return;
+            }
+            sim->comp_cap = cap;
+        }
+        sim->comp_index[sim->comp_len] = r->index;
+        sim->comp_issue[sim->comp_len] = issue < 0 ? UINT64_MAX : (uint64_t)issue;
+        sim->comp_cycle[sim->comp_len++] = (uint64_t)done;
+    }
+}
+
+/* Cycle accounting: each requestor on each channel is idle (nothing queued), active (queued
+ * and allowed to use the channel) or blocked (queued, but the other requestor holds the
+ * channel or it is switching modes). Called whenever one of these can change. */
+void mc_account(mc_sim *sim, channel *c, tick t)
+{
+    for (int r = 0; r < MC_NUM_REQ; r++) {
+        req_stats *st = &c->rs[r];
+        if (t > st->state_since) {
+            uint64_t d = (uint64_t)(t - st->state_since);
+            if (st->state == 0) st->s.cycles_idle += d;
+            else if (st->state == 1) st->s.cycles_active += d;
+            else st->s.cycles_blocked += d;
+            st->state_since = t;
+        }
+        int queued = c->qcount[r][0] + c->qcount[r][1] > 0;
+        st->state = !queued ? 0 : (mc_can_serve(sim, c, r, t) ? 1 : 2);
+    }
+}
+
+void mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_stats *out)
+{
+    const req_stats *st = &sim->ch[channel].rs[requestor];
+    *out = st->s;
+    out->bytes = (st->s.reads + st->s.writes) * (uint64_t)sim->cfg.request_bytes;
+    if (requestor == MC_PIM && !sim->policy->partition_banks)
+        out->bytes *= (uint64_t)sim->pim_scope_count; /* an all-bank command moves one burst per bank */
+    uint64_t p99 = 0;
+    mc_latency_percentile(sim, requestor, channel, 0.99, &p99);
+    out->p99_latency = p99;
+}
+
+int mc_latency_percentile(const mc_sim *sim, int requestor, int channel, double q, uint64_t *out)
+{
+    uint64_t total = 0;
+    int lo = channel < 0 ? 0 : channel, hi = channel < 0 ? sim->nch : channel + 1;
+    for (int c = lo; c < hi; c++) {
+        const req_stats *st = &sim->ch[c].rs[requestor];
+        total += st->s.reads + st->s.writes;
+    }
+    *out = 0;
+    if (!total) return MC_OK;
+    uint64_t target = (uint64_t)(q * (double)total);
+    if (target >= total) target = total - 1;
+    uint64_t seen = 0;
+    for (size_t bin = 0; bin < HIST_BINS; bin++) {
+        for (int c = lo; c < hi; c++) seen += sim->ch[c].rs[requestor].hist[bin];
+        if (seen > target) {
+            *out = bin_value(bin);
+            return MC_OK;
+        }
+    }
+    return MC_OK;
+}
+
+void mc_get_summary(const mc_sim *sim, mc_summary *out)
+{
+    out->cycles = (uint64_t)MAXT(sim->last_read_done, sim->last_write_accept);
+    out->drain_cycles = (uint64_t)sim->last_done;
+    out->requests = sim->requests;
+    out->commands = sim->commands;
+    out->refreshes = sim->refreshes;
+    out->mode_switches = 0;
+    out->epochs = 0;
+    for (int c = 0; c < sim->nch; c++) {
+        out->mode_switches += sim->ch[c].mode_switches;
+        out->epochs += sim->ch[c].epochs;
+    }
+    out->records = sim->base;
+    out->layers = sim->nlayers;
+}
+
+uint64_t mc_mode_switches(const mc_sim *sim, int channel) { return sim->ch[channel].mode_switches; }
+
+uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint64_t *issue,
+                             uint64_t max)
+{
+    uint64_t n = sim->comp_len < max ? sim->comp_len : max;
+    for (uint64_t i = 0; i < n; i++) {
+        index[i] = sim->comp_index[i];
+        cycle[i] = sim->comp_cycle[i];
+        issue[i] = sim->comp_issue[i];
+    }
+    for (uint64_t i = n; i < sim->comp_len; i++) {
+        sim->comp_index[i - n] = sim->comp_index[i];
+        sim->comp_cycle[i - n] = sim->comp_cycle[i];
+        sim->comp_issue[i - n] = sim->comp_issue[i];
+    }
+    sim->comp_len -= n;
+    return n;
+}
+
+uint64_t mc_layer_count(const mc_sim *sim) { return sim->nlayers; }
+
+void mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
+                   uint64_t *requests)
+{
+    if (layer >= sim->nlayers) {
+        *start = *end = *requests = 0;
+        return;
+    }
+    const layer_span *ls = &sim->layers[layer];
+    *start = ls->requests ? (uint64_t)ls->start : 0;
+    *end = (uint64_t)ls->end;
+    *requests = ls->requests;
+}

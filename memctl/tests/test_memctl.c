@@ -1,0 +1,180 @@
+/* C tests of memctl, built and run by `make check` (and `make sanitize` under ASan/UBSan).
+ * They drive every policy with host and PIM traffic and every error path, and check that
+ * every request completes exactly once. Prints "N passed, N failed". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../memctl.h"
+
+static int passed, failed;
+#define CHECK(cond, ...)                                                 \
+    do {                                                                 \
+        if (cond) passed++;                                              \
+        else {                                                           \
+            failed++;                                                    \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
+            fprintf(stderr, __VA_ARGS__);                                \
+            fprintf(stderr, "\n");                                       \
+        }                                                                \
+    } while (0)
+
+/* HBM2_8Gb_x128-like part with PIM: 8 channels, 4 bg x 4 banks, mapping ro ra bg ba ch co */
+static mc_config hbm2(const char *policy)
+{
+    mc_config k;
+    memset(&k, 0, sizeof k);
+    k.channels = 8; k.pseudo_channels = 1; k.ranks = 1; k.bankgroups = 4; k.banks_per_group = 4;
+    k.rows = 32768; k.columns = 32; k.request_bytes = 64;
+    int f[] = {MC_F_ROW, MC_F_RANK, MC_F_BANKGROUP, MC_F_BANK, MC_F_CHANNEL, MC_F_PCH, MC_F_COLUMN};
+    int b[] = {15, 0, 2, 2, 3, 0, 5};
+    for (int i = 0; i < 7; i++) { k.map_fields[i] = f[i]; k.map_bits[i] = b[i]; }
+    k.map_count = 7; k.offset_bits = 6;
+    k.burst = 2; k.CL = 14; k.CWL = 4; k.tRCDRD = 14; k.tRCDWR = 14; k.tRP = 14; k.tRAS = 34;
+    k.tRC = 48; k.tCCD_S = 1; k.tCCD_L = 2; k.tRRD_S = 4; k.tRRD_L = 6; k.tFAW = 30; k.tWR = 16;
+    k.tWTR_S = 6; k.tWTR_L = 8; k.tRTP = 4; k.tRTRS = 0; k.tREFI = 3900; k.tRFC = 260;
+    k.queue_depth = 32; k.bank_queue_depth = 8; k.dual_command_bus = 1;
+    k.row_hit_cap = 4; k.write_high = 32; k.write_low = 8;
+    k.refresh = 1; k.issue_width = 4;
+    k.pim_enabled = 1; k.pim_column_cycles = 8; k.mode_switch_cycles = 24;
+    snprintf(k.policy, sizeof k.policy, "%s", policy);
+    k.pim_bank_mask = 0xCCCC; /* banks 2,3 of every bank group */
+    k.keep_completions = 1;
+    return k;
+}
+
+static mc_record *make_trace(int n, int with_pim, unsigned seed)
+{
+    mc_record *r = calloc((size_t)n, sizeof *r);
+    unsigned s = seed;
+    for (int i = 0; i < n; i++) {
+        s = s * 1103515245u + 12345u;
+        r[i].cycle = (uint64_t)(i / 3);
+        r[i].requestor = with_pim && (i / 64) % 2 ? MC_PIM : MC_HOST;
+        r[i].op = (s >> 16) % 4 == 0 ? MC_WRITE : MC_READ;
+        r[i].addr = ((uint64_t)(s >> 8) % (1u << 20)) * 64;
+        if (i % 500 == 0) { r[i].op = MC_LAYER; r[i].value = (uint32_t)(i / 500); }
+        if (i % 777 == 0) { r[i].op = MC_PARAM; r[i].param = MC_P_EPOCH_CAP; r[i].value = 500; }
+        if (i % 1001 == 0) r[i].op = MC_BARRIER;
+    }
+    return r;
+}
+
+static void run_policy(const char *policy, int with_pim)
+{
+    mc_config k = hbm2(policy);
+    char err[256];
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    CHECK(sim != NULL, "%s: mc_new failed: %s", policy, err);
+    if (!sim) return;
+    mc_cmdlog_enable(sim, 1000);
+    int n = 5000;
+    mc_record *r = make_trace(n, with_pim, 7);
+    uint64_t requests = 0;
+    for (int i = 0; i < n; i++) requests += r[i].op <= MC_WRITE;
+    uint64_t done = 0, consumed = 0, logged = 0;
+    mc_cmd *buf = malloc(4096 * sizeof *buf);
+    uint64_t *seen = calloc((size_t)n, sizeof *seen);
+    uint64_t idx[512], cyc[512], iss[512];
+    int rc;
+    /* in two halves, the second the last: exercises carrying records over */
+    uint64_t half = (uint64_t)n / 2;
+    rc = MC_PAUSED;
+    while (rc == MC_PAUSED) {
+        rc = mc_feed(sim, r + done, half - done, 0, &consumed);
+        done += consumed;
+        logged += mc_cmdlog_take(sim, buf, 4096);
+    }
+    CHECK(rc == MC_OK, "%s: feed rc %d: %s", policy, rc, mc_error(sim));
+    rc = MC_PAUSED;
+    while (rc == MC_PAUSED) {
+        rc = mc_feed(sim, r + done, (uint64_t)n - done, 1, &consumed);
+        done += consumed;
+        logged += mc_cmdlog_take(sim, buf, 4096);
+    }
+    CHECK(rc == MC_OK && done == (uint64_t)n, "%s: last feed rc %d, %llu of %d: %s", policy, rc,
+          (unsigned long long)done, n, mc_error(sim));
+    do {
+        rc = mc_finish(sim);
+        logged += mc_cmdlog_take(sim, buf, 4096);
+    } while (rc == MC_PAUSED);
+    CHECK(rc == MC_OK, "%s: finish rc %d: %s", policy, rc, mc_error(sim));
+    uint64_t m, total = 0, dup = 0;
+    while ((m = mc_completions_take(sim, idx, cyc, iss, 512)) > 0) {
+        for (uint64_t i = 0; i < m; i++) {
+            if (idx[i] < (uint64_t)n) { dup += seen[idx[i]]++ > 0; }
+            total++;
+        }
+    }
+    CHECK(total == requests, "%s: %llu completions for %llu requests", policy,
+          (unsigned long long)total, (unsigned long long)requests);
+    CHECK(dup == 0, "%s: %llu requests completed twice", policy, (unsigned long long)dup);
+    mc_summary s;
+    mc_get_summary(sim, &s);
+    CHECK(s.commands == logged, "%s: %llu commands, %llu logged", policy,
+          (unsigned long long)s.commands, (unsigned long long)logged);
+    CHECK(s.layers == 10, "%s: %llu layers", policy, (unsigned long long)s.layers);
+    if (with_pim && strcmp(policy, "bank_partition") != 0)
+        CHECK(s.mode_switches > 0, "%s: no mode switch", policy);
+    free(seen);
+    free(buf);
+    free(r);
+    mc_free(sim);
+}
+
+static void bad_config(void)
+{
+    char err[256];
+    mc_config k = hbm2("authority");
+    k.tRAS = 60;
+    CHECK(mc_new(&k, err, sizeof err) == NULL && strstr(err, "tRAS"), "tRAS > tRC accepted: %s", err);
+    k = hbm2("authority");
+    k.banks_per_group = 0;
+    CHECK(mc_new(&k, err, sizeof err) == NULL && strstr(err, "banks_per_group"), "zero banks: %s", err);
+    k = hbm2("nonsense");
+    CHECK(mc_new(&k, err, sizeof err) == NULL && strstr(err, "nonsense"), "policy: %s", err);
+    k = hbm2("bank_partition");
+    k.pim_bank_mask = 0xFFFF;
+    CHECK(mc_new(&k, err, sizeof err) == NULL, "partition leaves host no bank");
+    k = hbm2("authority");
+    k.write_low = 40;
+    CHECK(mc_new(&k, err, sizeof err) == NULL && strstr(err, "watermark"), "watermarks: %s", err);
+}
+
+static void bad_records(void)
+{
+    char err[256];
+    mc_config k = hbm2("authority");
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    mc_record r = {0, (uint64_t)1 << 40, 0, MC_READ, MC_HOST, 0};
+    uint64_t c;
+    int rc = mc_feed(sim, &r, 1, 1, &c);
+    CHECK(rc == MC_ERR_TRACE && strstr(mc_error(sim), "capacity"), "address: %d %s", rc, mc_error(sim));
+    mc_free(sim);
+    sim = mc_new(&k, err, sizeof err);
+    r.addr = 0;
+    r.op = 9;
+    rc = mc_feed(sim, &r, 1, 1, &c);
+    CHECK(rc == MC_ERR_TRACE && strstr(mc_error(sim), "op"), "op: %d %s", rc, mc_error(sim));
+    mc_free(sim);
+    k.pim_enabled = 0;
+    sim = mc_new(&k, err, sizeof err);
+    r.op = MC_READ;
+    r.requestor = MC_PIM;
+    rc = mc_feed(sim, &r, 1, 1, &c);
+    CHECK(rc == MC_ERR_TRACE && strstr(mc_error(sim), "PIM"), "pim: %d %s", rc, mc_error(sim));
+    mc_free(sim);
+}
+
+int main(void)
+{
+    const char *policies[] = {"serial", "authority", "bank_partition"};
+    for (int i = 0; i < 3; i++) {
+        run_policy(policies[i], 0);
+        run_policy(policies[i], 1);
+    }
+    bad_config();
+    bad_records();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

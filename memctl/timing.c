@@ -1,0 +1,178 @@
+/* The timing table: when each command may issue, and what issuing it constrains, at the bank,
+ * bank-group, rank and channel level (docs/memctl.md, "Timing constraints"). */
+#include "internal.h"
+
+static tick faw_ready(const mc_sim *sim, const rank_state *rk)
+{
+    return rk->faw[rk->faw_pos] + sim->cfg.tFAW; /* oldest of the last four ACTs */
+}
+
+tick mc_act_ready(const mc_sim *sim, const channel *c, int b)
+{
+    const bank *bk = &c->banks[b];
+    const group *g = &c->groups[sim->bank_group[b]];
+    const rank_state *rk = &c->ranks[sim->bank_rank[b]];
+    tick t = MAXT(bk->next_act, g->next_act);
+    t = MAXT(t, rk->next_act);
+    t = MAXT(t, faw_ready(sim, rk));
+    return MAXT(t, c->next_row);
+}
+
+tick mc_col_ready(const mc_sim *sim, const channel *c, int b, int dir)
+{
+    const bank *bk = &c->banks[b];
+    const group *g = &c->groups[sim->bank_group[b]];
+    const rank_state *rk = &c->ranks[sim->bank_rank[b]];
+    tick t = dir == DIR_RD ? MAXT(bk->next_rd, MAXT(g->next_rd, rk->next_rd))
+                           : MAXT(bk->next_wr, MAXT(g->next_wr, rk->next_wr));
+    return MAXT(t, c->next_col);
+}
+
+void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t)
+{
+    const mc_config *k = &sim->cfg;
+    bank *bk = &c->banks[b];
+    group *g = &c->groups[sim->bank_group[b]];
+    rank_state *rk = &c->ranks[sim->bank_rank[b]];
+    bk->open_row = row;
+    bk->hits = 0;
+    c->dirty_mask |= 1ull << b;
+    bk->next_act = MAXT(bk->next_act, t + k->tRC);
+    bk->next_rd = MAXT(bk->next_rd, t + k->tRCDRD);
+    bk->next_wr = MAXT(bk->next_wr, t + k->tRCDWR);
+    bk->next_pre = MAXT(bk->next_pre, t + k->tRAS);
+    g->next_act = MAXT(g->next_act, t + k->tRRD_L);
+    rk->next_act = MAXT(rk->next_act, t + k->tRRD_S);
+    rk->faw[rk->faw_pos] = t;
+    rk->faw_pos = (rk->faw_pos + 1) & 3;
+    c->open_mask |= 1ull << b;
+}
+
+void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t)
+{
+    bank *bk = &c->banks[b];
+    bk->open_row = -1;
+    bk->hits = 0;
+    c->dirty_mask |= 1ull << b;
+    bk->next_act = MAXT(bk->next_act, t + sim->cfg.tRP);
+    bk->closed_at = t + sim->cfg.tRP;
+    c->open_mask &= ~(1ull << b);
+}
+
+void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
+{
+    const mc_config *k = &sim->cfg;
+    const int B = k->burst;
+    bank *bk = &c->banks[b];
+    int gi = sim->bank_group[b], ri = sim->bank_rank[b];
+    int ccd_l = MAXT(B, k->tCCD_L), ccd_s = MAXT(B, k->tCCD_S);
+    bk->hits++;
+    c->dirty_mask |= 1ull << b;
+    if (dir == DIR_RD) {
+        int rd_to_wr = k->CL + B - k->CWL + k->tRTRS;
+        bk->next_pre = MAXT(bk->next_pre, t + k->tRTP);
+        for (int r = 0; r < k->ranks; r++) {
+            rank_state *rk = &c->ranks[r];
+            if (r == ri) {
+                rk->next_rd = MAXT(rk->next_rd, t + ccd_s);
+                rk->next_wr = MAXT(rk->next_wr, t + rd_to_wr);
+                group *g = &c->groups[gi];
+                g->next_rd = MAXT(g->next_rd, t + ccd_l);
+            } else {
+                rk->next_rd = MAXT(rk->next_rd, t + B + k->tRTRS);
+                rk->next_wr = MAXT(rk->next_wr, t + rd_to_wr);
+            }
+        }
+    } else {
+        int wr_to_rd_o = MAXT(0, k->CWL + B + k->tRTRS - k->CL);
+        bk->next_pre = MAXT(bk->next_pre, t + k->CWL + B + k->tWR);
+        for (int r = 0; r < k->ranks; r++) {
+            rank_state *rk = &c->ranks[r];
+            if (r == ri) {
+                rk->next_wr = MAXT(rk->next_wr, t + ccd_s);
+                rk->next_rd = MAXT(rk->next_rd, t + k->CWL + B + k->tWTR_S);
+                group *g = &c->groups[gi];
+                g->next_wr = MAXT(g->next_wr, t + ccd_l);
+                g->next_rd = MAXT(g->next_rd, t + k->CWL + B + k->tWTR_L);
+            } else {
+                rk->next_wr = MAXT(rk->next_wr, t + B + k->tRTRS);
+                rk->next_rd = MAXT(rk->next_rd, t + wr_to_rd_o);
+            }
+        }
+    }
+}
+
+void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
+{
+    const mc_config *k = &sim->cfg;
+    for (int b = 0; b < sim->nbanks; b++) {
+        if (sim->bank_rank[b] != r) continue;
+        bank *bk = &c->banks[b];
+        bk->next_act = MAXT(bk->next_act, t + k->tRFC);
+        bk->closed_at = MAXT(bk->closed_at, t + k->tRFC);
+    }
+    rank_state *rk = &c->ranks[r];
+    rk->refresh_pending = 0;
+    rk->refresh_due += k->tREFI;
+}
+
+/* All-bank (PIM) commands act on every bank of the PIM scope in lockstep. */
+tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd)
+{
+    int column = cmd == MC_CMD_PIM_RD || cmd == MC_CMD_PIM_WR;
+    tick t = MAXT(column ? c->next_col : c->next_row, c->mode_ready);
+    uint64_t m = sim->pim_scope;
+    while (m) {
+        int b = __builtin_ctzll(m);
+        m &= m - 1;
+        const bank *bk = &c->banks[b];
+        switch (cmd) {
+        case MC_CMD_PIM_ACT: t = MAXT(t, bk->next_act); break;
+        case MC_CMD_PIM_RD: t = MAXT(t, bk->next_rd); break;
+        case MC_CMD_PIM_WR: t = MAXT(t, bk->next_wr); break;
+        case MC_CMD_PIM_PRE: t = MAXT(t, bk->next_pre); break;
+        default: t = MAXT(t, bk->closed_at); break; /* PIM_ENTER / PIM_EXIT / REF */
+        }
+    }
+    if (cmd == MC_CMD_PIM_RD || cmd == MC_CMD_PIM_WR) t = MAXT(t, c->pim_next_col);
+    return t;
+}
+
+void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
+{
+    const mc_config *k = &sim->cfg;
+    uint64_t m = sim->pim_scope;
+    while (m) {
+        int b = __builtin_ctzll(m);
+        m &= m - 1;
+        bank *bk = &c->banks[b];
+            c->dirty_mask |= 1ull << b;
+        switch (cmd) {
+        case MC_CMD_PIM_ACT:
+            bk->open_row = row;
+            bk->hits = 0;
+            bk->next_act = MAXT(bk->next_act, t + k->tRC);
+            bk->next_rd = MAXT(bk->next_rd, t + k->tRCDRD);
+            bk->next_wr = MAXT(bk->next_wr, t + k->tRCDWR);
+            bk->next_pre = MAXT(bk->next_pre, t + k->tRAS);
+            c->open_mask |= 1ull << b;
+            break;
+        case MC_CMD_PIM_RD:
+            bk->next_pre = MAXT(bk->next_pre, t + k->tRTP);
+            break;
+        case MC_CMD_PIM_WR:
+            bk->next_pre = MAXT(bk->next_pre, t + k->CWL + k->burst + k->tWR);
+            break;
+        case MC_CMD_PIM_PRE:
+            bk->open_row = -1;
+            bk->next_act = MAXT(bk->next_act, t + k->tRP);
+            bk->closed_at = t + k->tRP;
+            c->open_mask &= ~(1ull << b);
+            break;
+        default: break;
+        }
+    }
+    if (cmd == MC_CMD_PIM_ACT) c->pim_row = row;
+    if (cmd == MC_CMD_PIM_PRE) c->pim_row = -1;
+    if (cmd == MC_CMD_PIM_RD || cmd == MC_CMD_PIM_WR) c->pim_next_col = t + k->pim_column_cycles;
+}

@@ -1,0 +1,5 @@
+import sys
+
+from pimrt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,39 @@
+"""The `pimrt` command. Each sub-command is one module in pimrt/commands/ with a
+`register(subparsers)` function; adding a command means adding a file there."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from pimrt import __version__, commands
+from pimrt.errors import PimrtError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pimrt", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"pimrt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"pimrt.commands.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PimrtError as exc:
+        print(f"pimrt {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pimrt {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of `pimrt`, one module each (see pimrt/cli.py)."""

@@ -1,0 +1,105 @@
+"""`pimrt memsim TRACE`: replay a memory trace through memctl and print / write its stats."""
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+from pimrt.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "memsim", help="replay a memory trace through the memctl DRAM model",
+        description="Replay a trace (pimrt text, .npy, DRAMsim3 or Ramulator 2.0 format) "
+                    "through memctl and report per-requestor and per-channel statistics.")
+    p.add_argument("trace", type=pathlib.Path, help="trace file")
+    p.add_argument("--format", default=None,
+                   help="trace format: pimrt, npy, dramsim3, ramulator, ramulator_cpu "
+                        "(default: detected)")
+    p.add_argument("--config", default="hbm2",
+                   help="memory part: a shipped name (hbm2, ddr4, hbm2_pim) or a TOML file")
+    p.add_argument("--policy", default="authority",
+                   help="host/PIM sharing: serial, bank_partition, authority")
+    p.add_argument("--issue-width", type=int, default=4, metavar="W",
+                   help="requests the front end offers per memory cycle (1 = DRAMsim3's)")
+    p.add_argument("--high-watermark", type=int, default=None,
+                   help="authority: queued requests of the waiting side that force a hand-over")
+    p.add_argument("--epoch-cap", type=int, default=None,
+                   help="authority: longest epoch in cycles while the other side waits")
+    p.add_argument("--pim-banks", default=None,
+                   help="bank_partition: comma-separated bank indices (within a channel) of the PIM")
+    p.add_argument("--set", action="append", default=[], metavar="TABLE.KEY=VALUE",
+                   help="override a part parameter, e.g. --set timing.tRP=16 (repeatable)")
+    p.add_argument("--stats", type=pathlib.Path, default=None, help="write the stats as JSON")
+    p.add_argument("--csv", type=pathlib.Path, default=None,
+                   help="write per-channel, per-requestor stats as CSV")
+    p.add_argument("--cmdlog", type=pathlib.Path, default=None, help="write every DRAM command (CSV)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected TABLE.KEY=VALUE")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = value
+    return out
+
+
+def run(args) -> int:
+    from tqdm import tqdm
+
+    from pimrt.memctl import Options, load_part, run_trace, write_stats_csv
+    from pimrt.trace import open_trace
+
+    part = load_part(args.config, _overrides(args.set) or None)
+    pim_banks = None
+    if args.pim_banks:
+        try:
+            pim_banks = tuple(int(b) for b in args.pim_banks.split(","))
+        except ValueError:
+            raise ConfigError(f"--pim-banks {args.pim_banks!r}: expected bank numbers") from None
+    opts = Options(policy=args.policy, issue_width=args.issue_width, pim_banks=pim_banks,
+                   host_high_watermark=args.high_watermark, pim_high_watermark=args.high_watermark,
+                   epoch_cap=args.epoch_cap)
+    trace = open_trace(args.trace, args.format, capacity_bytes=part.capacity_bytes)
+    bar = tqdm(unit="rec", unit_scale=True, desc="memsim", disable=args.quiet or None,
+               file=sys.stderr)
+    try:
+        stats = run_trace(trace, part, opts, cmdlog=args.cmdlog, progress=bar.update,
+                          where=str(args.trace))
+    finally:
+        bar.close()
+    stats["trace"] = str(args.trace)
+    if args.stats:
+        args.stats.write_text(json.dumps(stats, indent=2))
+    if args.csv:
+        write_stats_csv(stats, args.csv)
+    print(summary_table(stats))
+    return 0
+
+
+def summary_table(s: dict) -> str:
+    lines = [f"part {s['part']}, policy {s['policy']}, issue width {s['issue_width']}: "
+             f"{s['cycles']:,} cycles ({s['time_ns'] / 1e3:,.1f} us), {s['requests']:,} requests, "
+             f"{s['bandwidth_gbs']:.1f} GB/s ({s['host_bandwidth_pct']:.1f}% of the "
+             f"{s['peak_bandwidth_gbs']:.0f} GB/s peak for host traffic), "
+             f"{s['refreshes']} refreshes, {s['mode_switches']} mode switches"]
+    lines.append(f"{'requestor':<10}{'requests':>12}{'GB/s':>9}{'mean lat':>10}{'p99 lat':>9}"
+                 f"{'hit rate':>10}{'idle cyc':>12}{'blocked cyc':>13}")
+    for who, r in s["requestors"].items():
+        if not r["requests"]:
+            continue
+        lines.append(f"{who:<10}{r['requests']:>12,}{r['bandwidth_gbs']:>9.1f}"
+                     f"{r['mean_latency']:>10.1f}{r['p99_latency']:>9}{r['row_hit_rate']:>10.3f}"
+                     f"{r['cycles_idle']:>12,}{r['cycles_blocked']:>13,}")
+    return "\n".join(lines)

@@ -1,0 +1,645 @@
+"""Memory part configuration: load, merge and validate a part's TOML file.
+
+    part = load_part("hbm2")                       # a shipped part, by name or file stem
+    part = load_part("my_part.toml", overrides={"timing": {"tRP": 16}})
+    part.timing["tRCDRD"], part.request_bytes, part.address_fields()
+    fields = decode_address(part, numpy_array_of_addresses)
+
+A part file has the tables [part], [organization], [timing], [controller] and optionally [pim]
+(see docs/memctl.md "Parts"). `include = "other.toml"` (relative to the including file) loads
+another file first; the including file's tables override it key by key. Every problem raises
+pimrt.errors.ConfigError naming the file and the parameter.
+
+Address mapping (the C model implements the same): a byte address is, lsb first, a byte offset
+inside one request (log2(request_bytes) bits), then the fields of the mapping string from its
+last to its first (msb..lsb order in the string). Field widths follow DRAMsim3: log2 of the
+count for ch, pc, ra, bg, ba, ro; co = log2(physical_columns) - log2(burst_length), where
+physical_columns is `columns` x 2 for HBM/HBM2 (DRAMsim3 counts HBM's 2n prefetch) and
+`columns` x burst_length for GDDR5/5X/6, `columns` otherwise. Bits above the mapped fields are
+ignored (the address wraps, as in DRAMsim3). The decoded column is in request (burst) units.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import pathlib
+import tomllib
+import types
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from pimrt.errors import ConfigError
+
+PARTS_DIR = pathlib.Path(__file__).resolve().parent / "parts"
+
+#: short names of the shipped parts -> file name in PARTS_DIR
+PART_ALIASES = {
+    "hbm2": "hbm2.toml",
+    "ddr4": "ddr4_3200.toml",
+    "hbm2_pim": "hbm2_pim.toml",
+}
+
+# ---------------------------------------------------------------------------------------------
+# schema: table -> key -> (kind, default); default _REQUIRED means the key must be given
+# kinds: "str", "bool", "count" (int > 0), "cycles" (int >= 0), "pcycles" (int > 0),
+# "float+" (> 0)
+_REQUIRED = object()
+_DERIVED = object()  # optional in the file, computed when absent
+
+SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
+    "part": {
+        "name": ("str", _DERIVED),       # default: the file's stem
+        "standard": ("str", _REQUIRED),  # DDR3, DDR4, HBM, HBM2, GDDR5, ... (free text)
+        "description": ("str", ""),
+    },
+    "organization": {
+        "channels": ("count", _REQUIRED),
+        "pseudo_channels": ("count", 1),
+        "ranks": ("count", _REQUIRED),
+        "bankgroups": ("count", _REQUIRED),
+        "banks_per_group": ("count", _REQUIRED),
+        "rows": ("count", _REQUIRED),
+        "columns": ("count", _REQUIRED),
+        "device_width": ("count", _REQUIRED),
+        "bus_width": ("count", _REQUIRED),
+        "burst_length": ("count", _REQUIRED),
+    },
+    "timing": {
+        "tCK": ("float+", _REQUIRED),
+        "CL": ("pcycles", _REQUIRED),
+        "CWL": ("cycles", _REQUIRED),
+        "tRCD": ("pcycles", None),          # shorthand: sets tRCDRD and tRCDWR
+        "tRCDRD": ("pcycles", _DERIVED),
+        "tRCDWR": ("pcycles", _DERIVED),
+        "tRP": ("pcycles", _REQUIRED),
+        "tRAS": ("pcycles", _REQUIRED),
+        "tRC": ("pcycles", _DERIVED),       # default tRAS + tRP
+        "tCCD_S": ("pcycles", _REQUIRED),
+        "tCCD_L": ("pcycles", _REQUIRED),
+        "tRRD_S": ("cycles", _REQUIRED),
+        "tRRD_L": ("cycles", _REQUIRED),
+        "tFAW": ("cycles", _REQUIRED),
+        "tWR": ("cycles", _REQUIRED),
+        "tWTR_S": ("cycles", _REQUIRED),
+        "tWTR_L": ("cycles", _REQUIRED),
+        "tRTP": ("cycles", _REQUIRED),
+        "tRTRS": ("cycles", _REQUIRED),
+        "tREFI": ("pcycles", _REQUIRED),
+        "tRFC": ("pcycles", _REQUIRED),
+    },
+    "controller": {
+        "address_mapping": ("str", "row_interleaved"),
+        "row_policy": ("str", "open"),
+        "scheduler": ("str", "frfcfs"),
+        "refresh": ("str", "rank"),
+        "queue_depth": ("count", 32),
+        "bank_queue_depth": ("count", 8),             # commands queued per bank
+        "dual_command_bus": ("bool", _DERIVED),       # row + column command in one cycle;
+                                                      # default: true for HBM parts
+        "row_hit_cap": ("count", 16),
+        "write_high_watermark": ("count", _DERIVED),  # default 3/4 of queue_depth
+        "write_low_watermark": ("cycles", _DERIVED),  # default 1/4 of queue_depth
+    },
+    "pim": {
+        "units_per_bankgroup": ("count", 1),
+        "mode_switch_cycles": ("cycles", _REQUIRED),
+        "lanes": ("count", _REQUIRED),
+        "clock_ratio": ("float+", 1),
+    },
+}
+OPTIONAL_TABLES = {"pim"}
+
+ROW_POLICIES = ("open", "closed")
+SCHEDULERS = ("frfcfs",)
+REFRESH_POLICIES = ("rank", "none")
+
+#: address-mapping field codes -> decode_address() key and organisation count
+FIELD_NAMES = {
+    "ch": "channel", "pc": "pseudo_channel", "ra": "rank", "bg": "bankgroup",
+    "ba": "bank", "ro": "row", "co": "column",
+}
+MAPPING_ALIASES = {
+    "row_interleaved": "ro_ra_bg_ba_ch_co",
+    "bankgroup_interleaved": "ro_ra_ba_co_bg_ch",
+}
+# organisation fields the address mapping takes bits of
+_POW2_FIELDS = ("channels", "pseudo_channels", "ranks", "bankgroups", "banks_per_group", "rows",
+                "columns", "burst_length")
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, eq=False)
+class Part:
+    """One validated memory part. The dict attributes are read-only mappings."""
+
+    name: str
+    standard: str
+    path: pathlib.Path | None
+    org: Mapping[str, int]
+    timing: Mapping[str, Any]
+    controller: Mapping[str, Any]
+    pim: Mapping[str, Any] | None = None
+    #: (field, bits) msb..lsb, computed at load time (see address_fields())
+    _fields: tuple = dataclasses.field(default=(), repr=False)
+
+    # -- derived quantities ------------------------------------------------------------------
+    @property
+    def burst_cycles(self) -> int:
+        """Data-bus cycles of one burst (double data rate): burst_length / 2."""
+        return self.org["burst_length"] // 2
+
+    @property
+    def request_bytes(self) -> int:
+        """Bytes one request (one burst) moves: bus_width / 8 x burst_length."""
+        return self.org["bus_width"] // 8 * self.org["burst_length"]
+
+    @property
+    def physical_columns(self) -> int:
+        """Columns per row as DRAMsim3 counts them (x2 for HBM's prefetch, x BL for GDDR)."""
+        return self.org["columns"] * _column_factor(self.standard, self.org["burst_length"])
+
+    @property
+    def columns_per_row(self) -> int:
+        """Requests (bursts) per row and rank: the range of the decoded column."""
+        return self.physical_columns // self.org["burst_length"]
+
+    @property
+    def banks_per_rank(self) -> int:
+        return self.org["bankgroups"] * self.org["banks_per_group"]
+
+    @property
+    def channel_count(self) -> int:
+        """Independent command/data buses: channels x pseudo_channels."""
+        return self.org["channels"] * self.org["pseudo_channels"]
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one open row across the rank (the page)."""
+        return self.columns_per_row * self.request_bytes
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Total bytes: 2 ** (address bits of the mapping, offset included)."""
+        o = self.org
+        return (self.channel_count * o["ranks"] * self.banks_per_rank * o["rows"]
+                * self.row_bytes)
+
+    @property
+    def peak_bandwidth_gbs(self) -> float:
+        """Peak data bandwidth in GB/s (1e9 bytes): every bus busy, two transfers per tCK."""
+        return self.channel_count * self.org["bus_width"] / 8 * 2 / self.timing["tCK"]
+
+    @property
+    def pim_banks_per_unit(self) -> int | None:
+        if self.pim is None:
+            return None
+        return self.org["banks_per_group"] // self.pim["units_per_bankgroup"]
+
+    @property
+    def pim_column_cycles(self) -> int | None:
+        """Cycles between two PIM column commands: banks per unit x tCCD_L (None: no [pim])."""
+        if self.pim is None:
+            return None
+        return self.pim_banks_per_unit * self.timing["tCCD_L"]
+
+    @property
+    def read_latency(self) -> int:
+        return self.timing["CL"]
+
+    @property
+    def write_latency(self) -> int:
+        return self.timing["CWL"]
+
+    def address_fields(self, include_offset: bool = True) -> list[tuple[str, int]]:
+        """(field code, bits) msb..lsb: every one of ro ra bg ba pc ch co in mapping order (0
+        bits where the count is 1), then ("offset", log2(request_bytes)) unless
+        include_offset is False."""
+        fields = list(self._fields)
+        if include_offset:
+            fields.append(("offset", _log2(self.request_bytes)))
+        return fields
+
+    def field_shifts(self) -> dict[str, tuple[int, int]]:
+        """field code -> (bit position of its lsb in the byte address, bits)."""
+        out = {}
+        pos = 0
+        for name, bits in reversed(self.address_fields()):
+            out[name] = (pos, bits)
+            pos += bits
+        return out
+
+    @property
+    def address_bits(self) -> int:
+        return sum(bits for _, bits in self.address_fields())
+
+    def to_dict(self) -> dict:
+        """Plain JSON-serialisable dict (for stats files), derived values included."""
+        return {
+            "name": self.name,
+            "standard": self.standard,
+            "path": str(self.path) if self.path else None,
+            "org": dict(self.org),
+            "timing": dict(self.timing),
+            "controller": dict(self.controller),
+            "pim": dict(self.pim) if self.pim is not None else None,
+            "derived": {
+                "burst_cycles": self.burst_cycles,
+                "request_bytes": self.request_bytes,
+                "physical_columns": self.physical_columns,
+                "columns_per_row": self.columns_per_row,
+                "banks_per_rank": self.banks_per_rank,
+                "capacity_bytes": self.capacity_bytes,
+                "peak_bandwidth_gbs": self.peak_bandwidth_gbs,
+                "pim_column_cycles": self.pim_column_cycles,
+                "address_fields": [list(f) for f in self.address_fields()],
+            },
+        }
+
+    def __repr__(self) -> str:
+        return f"Part({self.name!r}, standard={self.standard!r}, path={str(self.path)!r})"
+
+
+# ---------------------------------------------------------------------------------------------
+def list_parts() -> dict[str, pathlib.Path]:
+    """The shipped parts: short name -> file, then every other file stem in parts/."""
+    out = {name: PARTS_DIR / fname for name, fname in PART_ALIASES.items()}
+    for p in sorted(PARTS_DIR.glob("*.toml")):
+        if p not in out.values():
+            out[p.stem] = p
+    return out
+
+
+def resolve_part_path(name_or_path: str | pathlib.Path) -> pathlib.Path:
+    """A shipped part's short name or file stem, or else a path to an existing file."""
+    text = str(name_or_path)
+    if isinstance(name_or_path, str):
+        key = text.lower()
+        if key in PART_ALIASES:
+            return PARTS_DIR / PART_ALIASES[key]
+        stem_file = PARTS_DIR / f"{key}.toml"
+        if "/" not in text and stem_file.is_file():
+            return stem_file
+    path = pathlib.Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    names = list(list_parts())
+    hint = difflib.get_close_matches(text.lower(), names, n=1)
+    msg = f"no such part: {text!r} is neither a shipped part ({', '.join(names)}) nor a file"
+    if hint:
+        msg += f"; did you mean {hint[0]!r}?"
+    raise ConfigError(msg)
+
+
+def load_part(name_or_path: str | pathlib.Path, overrides: Mapping | None = None) -> Part:
+    """Load, merge (include, overrides) and validate a part.
+
+    overrides: {"timing": {"tRP": 16}}, or dotted keys {"timing.tRP": 16}, or bare keys
+    {"tRP": 16} when the key belongs to exactly one table. They win over the file."""
+    path = resolve_part_path(name_or_path)
+    merged, origin = _load_layers(path, [])
+    if overrides:
+        layer = _normalise_overrides(overrides, path)
+        _merge_layer(merged, origin, layer, "overrides")
+    return _build(merged, origin, path)
+
+
+# ---------------------------------------------------------------------------------------------
+def _column_factor(standard: str, burst_length: int) -> int:
+    s = standard.upper()
+    if s.startswith("HBM"):
+        return 2
+    if s.startswith("GDDR"):
+        return burst_length
+    return 1
+
+
+def _log2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _read_toml(path: pathlib.Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _load_layers(path: pathlib.Path, stack: list[pathlib.Path]) -> tuple[dict, dict]:
+    """Merged tables of path and its includes; origin[(table, key)] = file that set it."""
+    real = path.resolve()
+    if real in stack:
+        chain = " -> ".join(str(p.name) for p in stack + [real])
+        raise ConfigError(f"{path}: include cycle: {chain}")
+    data = _read_toml(path)
+    merged: dict = {}
+    origin: dict = {}
+    include = data.pop("include", None)
+    if include is not None:
+        includes = [include] if isinstance(include, str) else include
+        if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+            raise ConfigError(f"{path}: include must be a file name or a list of file names")
+        for inc in includes:
+            inc_path = (path.parent / inc)
+            if not inc_path.is_file():
+                raise ConfigError(f"{path}: include: no such file {inc!r} (looked at {inc_path})")
+            sub, sub_origin = _load_layers(inc_path, stack + [real])
+            for table, values in sub.items():
+                merged.setdefault(table, {}).update(values)
+            origin.update(sub_origin)
+    layer = {}
+    for table, values in data.items():
+        if table not in SCHEMA:
+            raise ConfigError(_unknown(path, "table", table, list(SCHEMA) + ["include"]))
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: [{table}] must be a table, found {values!r}")
+        layer[table] = dict(values)
+    _merge_layer(merged, origin, layer, str(path))
+    return merged, origin
+
+
+def _merge_layer(merged: dict, origin: dict, layer: dict, source: str) -> None:
+    for table, values in layer.items():
+        values = dict(values)
+        # tRCD in a layer sets tRCDRD and tRCDWR, unless that same layer names them itself
+        if table == "timing" and "tRCD" in values:
+            for k in ("tRCDRD", "tRCDWR"):
+                values.setdefault(k, values["tRCD"])
+        dst = merged.setdefault(table, {})
+        for key, value in values.items():
+            dst[key] = value
+            origin[(table, key)] = source
+
+
+def _normalise_overrides(overrides: Mapping, path: pathlib.Path) -> dict:
+    layer: dict = {}
+    for key, value in overrides.items():
+        if key in SCHEMA and isinstance(value, Mapping):
+            layer.setdefault(key, {}).update(value)
+        elif isinstance(key, str) and "." in key:
+            table, _, sub = key.partition(".")
+            if table not in SCHEMA:
+                raise ConfigError(_unknown("overrides", "table", table, list(SCHEMA)))
+            layer.setdefault(table, {})[sub] = value
+        else:
+            tables = [t for t, keys in SCHEMA.items() if key in keys]
+            if len(tables) != 1:
+                every = [k for keys in SCHEMA.values() for k in keys]
+                raise ConfigError(_unknown("overrides", "parameter", str(key), every))
+            layer.setdefault(tables[0], {})[key] = value
+    return layer
+
+
+def _unknown(where, what: str, name: str, known: Iterable[str]) -> str:
+    msg = f"{where}: unknown {what} {name!r}"
+    hint = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    if not hint:
+        lower = {k.lower(): k for k in known}
+        hint = [lower[name.lower()]] if name.lower() in lower else []
+    if hint:
+        msg += f"; did you mean {hint[0]!r}?"
+    return msg
+
+
+def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
+    def where(table: str, key: str | None = None) -> str:
+        src = origin.get((table, key)) if key else None
+        if src is None or src == str(path):
+            return str(path)
+        return f"{path} ({src})" if src == "overrides" else f"{path} (via {src})"
+
+    def fail(table: str, key: str | None, msg: str):
+        label = f"[{table}] {key}" if key else f"[{table}]"
+        raise ConfigError(f"{where(table, key)}: {label}: {msg}")
+
+    for table in SCHEMA:
+        if table not in merged and table not in OPTIONAL_TABLES:
+            raise ConfigError(f"{path}: missing table [{table}]")
+
+    values: dict[str, dict[str, Any]] = {}
+    for table, given in merged.items():
+        schema = SCHEMA[table]
+        out: dict[str, Any] = {}
+        for key, value in given.items():
+            if key not in schema:
+                raise ConfigError(_unknown(f"{where(table, key)}: [{table}]", "parameter",
+                                           key, schema))
+            kind, _ = schema[key]
+            out[key] = _check_kind(value, kind, lambda m, k=key: fail(table, k, m))
+        for key, (kind, default) in schema.items():
+            if key in out:
+                continue
+            if default is _REQUIRED:
+                raise ConfigError(f"{path}: [{table}]: missing required parameter {key!r}")
+            if default is not _DERIVED and default is not None:
+                out[key] = default
+        values[table] = out
+
+    part_t, org, timing, ctrl = (values["part"], values["organization"], values["timing"],
+                                 values["controller"])
+    pim = values.get("pim")
+    part_t.setdefault("name", path.stem)
+
+    # organisation ------------------------------------------------------------------------
+    for key in _POW2_FIELDS:
+        if not _is_pow2(org[key]):
+            fail("organization", key, f"must be a power of two (the address mapping takes "
+                 f"log2 bits of it), found {org[key]}")
+    if org["bus_width"] % 8:
+        fail("organization", "bus_width", f"must be a multiple of 8 bits, found "
+             f"{org['bus_width']}")
+    req = org["bus_width"] // 8 * org["burst_length"]
+    if not _is_pow2(req):
+        fail("organization", "bus_width", f"bus_width / 8 x burst_length = {req} bytes per "
+             f"request must be a power of two")
+    if org["burst_length"] < 2:
+        fail("organization", "burst_length", "must be at least 2 (double data rate)")
+    phys_cols = org["columns"] * _column_factor(part_t["standard"], org["burst_length"])
+    if phys_cols < org["burst_length"]:
+        fail("organization", "columns", f"{org['columns']} columns hold less than one burst "
+             f"of {org['burst_length']}")
+
+    # timing --------------------------------------------------------------------------------
+    timing.pop("tRCD", None)
+    for k in ("tRCDRD", "tRCDWR"):
+        if k not in timing:
+            raise ConfigError(f"{path}: [timing]: missing required parameter {k!r} "
+                              f"(give {k} or tRCD)")
+    if "tRC" not in timing:
+        timing["tRC"] = timing["tRAS"] + timing["tRP"]
+        origin[("timing", "tRC")] = str(path)
+    if timing["tRAS"] > timing["tRC"]:
+        fail("timing", "tRAS", f"tRAS ({timing['tRAS']}) is greater than tRC "
+             f"({timing['tRC']})")
+    # tRC < tRAS + tRP is allowed (e.g. an override of tRP alone): tRC then never binds, the
+    # ACT -> PRE -> ACT distance being tRAS + tRP anyway.
+    for long, short in (("tCCD_L", "tCCD_S"), ("tRRD_L", "tRRD_S"), ("tWTR_L", "tWTR_S")):
+        if timing[long] < timing[short]:
+            fail("timing", long, f"{long} ({timing[long]}) is less than {short} "
+                 f"({timing[short]}); the same-bank-group distance cannot be shorter")
+    if timing["tRFC"] >= timing["tREFI"]:
+        fail("timing", "tRFC", f"tRFC ({timing['tRFC']}) must be less than tREFI "
+             f"({timing['tREFI']})")
+    order = list(SCHEMA["timing"])
+    timing = {k: timing[k] for k in order if k in timing}
+
+    # controller ----------------------------------------------------------------------------
+    for key, allowed in (("row_policy", ROW_POLICIES), ("scheduler", SCHEDULERS),
+                         ("refresh", REFRESH_POLICIES)):
+        if ctrl[key] not in allowed:
+            raise ConfigError(_unknown(f"{where('controller', key)}: [controller] {key}",
+                                       "name", ctrl[key], allowed)
+                              + f" (one of: {', '.join(allowed)})")
+    ctrl.setdefault("dual_command_bus", part_t["standard"].upper().startswith("HBM"))
+    qd = ctrl["queue_depth"]
+    ctrl.setdefault("write_high_watermark", max(1, qd * 3 // 4))
+    ctrl.setdefault("write_low_watermark", min(qd // 4, ctrl["write_high_watermark"] - 1))
+    hi, lo = ctrl["write_high_watermark"], ctrl["write_low_watermark"]
+    if hi > qd:
+        fail("controller", "write_high_watermark", f"{hi} is more than queue_depth {qd}")
+    if lo > qd:
+        fail("controller", "write_low_watermark", f"{lo} is more than queue_depth {qd}")
+    if lo >= hi:
+        fail("controller", "write_low_watermark", f"write_low_watermark ({lo}) must be less "
+             f"than write_high_watermark ({hi})")
+    mapping_text = ctrl["address_mapping"]
+    try:
+        fields = _parse_mapping(mapping_text, org, phys_cols)
+    except ValueError as exc:
+        fail("controller", "address_mapping", f"{mapping_text!r}: {exc}")
+    order = list(SCHEMA["controller"])
+    ctrl = {k: ctrl[k] for k in order}
+
+    # pim -----------------------------------------------------------------------------------
+    if pim is not None:
+        units = pim["units_per_bankgroup"]
+        if org["banks_per_group"] % units:
+            fail("pim", "units_per_bankgroup", f"{units} units do not divide "
+                 f"banks_per_group {org['banks_per_group']}")
+        pim = {k: pim[k] for k in SCHEMA["pim"]}
+
+    ro = types.MappingProxyType
+    return Part(
+        name=part_t["name"], standard=part_t["standard"], path=path.resolve(),
+        org=ro({k: org[k] for k in SCHEMA["organization"]}), timing=ro(timing),
+        controller=ro(ctrl), pim=ro(pim) if pim is not None else None, _fields=tuple(fields),
+    )
+
+
+def _check_kind(value, kind: str, fail):
+    if kind == "bool":
+        if not isinstance(value, bool):
+            fail(f"must be true or false, found {value!r}")
+        return value
+    if kind == "str":
+        if not isinstance(value, str):
+            fail(f"must be a string, found {value!r}")
+        return value
+    if kind == "float+":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail(f"must be a number, found {value!r}")
+        if not (value > 0) or math.isinf(value):
+            fail(f"must be positive, found {value!r}")
+        return float(value) if isinstance(value, float) else value
+    # integer kinds
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        fail(f"must be an integer, found {value!r}")
+    if kind in ("count", "pcycles") and value <= 0:
+        fail(f"must be positive, found {value}")
+    if kind == "cycles" and value < 0:
+        fail(f"must not be negative, found {value}")
+    return value
+
+
+def mapping_counts(org: Mapping[str, int], physical_columns: int) -> dict[str, int]:
+    """field code -> number of values (co in requests per row)."""
+    return {
+        "ch": org["channels"], "pc": org["pseudo_channels"], "ra": org["ranks"],
+        "bg": org["bankgroups"], "ba": org["banks_per_group"], "ro": org["rows"],
+        "co": physical_columns // org["burst_length"],
+    }
+
+
+def _parse_mapping(text: str, org: Mapping[str, int], physical_columns: int):
+    spec = MAPPING_ALIASES.get(text, text)
+    if "_" in spec:
+        tokens = spec.split("_")
+    elif len(spec) % 2 == 0 and spec:
+        tokens = [spec[i:i + 2] for i in range(0, len(spec), 2)]  # DRAMsim3's "rorabgbachco"
+    else:
+        tokens = [spec]
+    tokens = [t.lower() for t in tokens]
+    for t in tokens:
+        if t not in FIELD_NAMES:
+            aliases = ", ".join(MAPPING_ALIASES)
+            raise ValueError(f"unknown field {t!r} (fields: {', '.join(FIELD_NAMES)}; or one "
+                             f"of {aliases})")
+    dup = {t for t in tokens if tokens.count(t) > 1}
+    if dup:
+        raise ValueError(f"field {sorted(dup)[0]!r} appears twice")
+    counts = mapping_counts(org, physical_columns)
+    if "pc" not in tokens and "ch" in tokens:
+        tokens.insert(tokens.index("ch"), "pc")  # just above ch
+    elif "pc" not in tokens and counts["pc"] > 1:
+        raise ValueError("pseudo_channels > 1 needs a 'pc' or 'ch' field")
+    for t in FIELD_NAMES:
+        if t not in tokens:
+            if counts[t] > 1:
+                raise ValueError(f"field {t!r} ({FIELD_NAMES[t]}, {counts[t]} values) is "
+                                 f"missing")
+            tokens.insert(0, t)  # zero bits; place at the msb end
+    return [(t, _log2(counts[t])) for t in tokens]
+
+
+# ---------------------------------------------------------------------------------------------
+def decode_address(part: Part, addr) -> dict[str, np.ndarray]:
+    """Split byte addresses (any integer array-like) into their fields.
+
+    Returns int64 arrays: channel, pseudo_channel, rank, bankgroup, bank, row, column (column
+    in request units, 0 .. part.columns_per_row - 1)."""
+    a = np.asarray(addr)
+    if a.dtype.kind not in "ui":
+        a = a.astype(np.uint64)
+    a = a.astype(np.uint64, copy=False)
+    out = {}
+    for code, (pos, bits) in part.field_shifts().items():
+        if code == "offset":
+            continue
+        mask = np.uint64((1 << bits) - 1)
+        out[FIELD_NAMES[code]] = ((a >> np.uint64(pos)) & mask).astype(np.int64)
+    return {FIELD_NAMES[c]: out[FIELD_NAMES[c]] for c in
+            ("ch", "pc", "ra", "bg", "ba", "ro", "co")}
+
+
+def encode_address(part: Part, channel=0, pseudo_channel=0, rank=0, bankgroup=0, bank=0,
+                   row=0, column=0, offset=0):
+    """The inverse of decode_address: byte address(es) (uint64) of the given fields."""
+    given = {"ch": channel, "pc": pseudo_channel, "ra": rank, "bg": bankgroup, "ba": bank,
+             "ro": row, "co": column, "offset": offset}
+    shifts = part.field_shifts()
+    scalar = all(np.ndim(v) == 0 for v in given.values())
+    addr = np.uint64(0) if scalar else np.zeros(np.broadcast(*given.values()).shape, np.uint64)
+    for code, value in given.items():
+        pos, bits = shifts[code]
+        v = np.asarray(value, dtype=np.int64)
+        if np.any(v < 0) or np.any(v >= (1 << bits)):
+            raise ValueError(f"{FIELD_NAMES.get(code, code)} {value} out of range "
+                             f"0..{(1 << bits) - 1}")
+        addr = addr | (v.astype(np.uint64) << np.uint64(pos))
+    return int(addr) if scalar else addr
+
+
+__all__ = [
+    "Part", "load_part", "list_parts", "resolve_part_path", "decode_address", "encode_address",
+    "PART_ALIASES", "PARTS_DIR", "FIELD_NAMES", "MAPPING_ALIASES", "SCHEMA",
+]

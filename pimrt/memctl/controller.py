@@ -1,0 +1,363 @@
+"""Python face of the memctl C model: build a controller from a part, feed it trace chunks,
+collect statistics and the command log."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import pathlib
+from typing import IO, Iterable
+
+import numpy as np
+
+from pimrt.errors import ConfigError, SimulationError, TraceError
+from pimrt.memctl._native import ffi, lib
+from pimrt.memctl.config import Part, load_part
+from pimrt.trace.records import RECORD_DTYPE
+
+POLICIES = ("serial", "bank_partition", "authority")
+COMMANDS = ("ACT", "PRE", "RD", "WR", "REF", "PIM_ENTER", "PIM_EXIT", "PIM_ACT", "PIM_RD",
+            "PIM_WR", "PIM_PRE")
+BY = ("host", "pim", "ctrl")
+CMD_DTYPE = np.dtype([
+    ("cycle", "<u8"), ("row", "<i4"), ("column", "<i4"), ("channel", "u1"),
+    ("pseudo_channel", "u1"), ("rank", "u1"), ("bankgroup", "u1"), ("bank", "i1"),
+    ("command", "u1"), ("requestor", "u1"), ("pad", "u1"),
+])
+CMDLOG_HEADER = "cycle,channel,pseudo_channel,rank,bankgroup,bank,row,column,command,requestor"
+_FIELD = {"ro": lib.MC_F_ROW, "ra": lib.MC_F_RANK, "bg": lib.MC_F_BANKGROUP, "ba": lib.MC_F_BANK,
+          "ch": lib.MC_F_CHANNEL, "pc": lib.MC_F_PCH, "co": lib.MC_F_COLUMN}
+_ERRORS = {lib.MC_ERR_CONFIG: ConfigError, lib.MC_ERR_TRACE: TraceError}
+assert ffi.sizeof("mc_record") == RECORD_DTYPE.itemsize
+assert ffi.sizeof("mc_cmd") == CMD_DTYPE.itemsize
+
+
+@dataclasses.dataclass
+class Options:
+    """Run options that are not part of the memory part."""
+
+    policy: str = "authority"
+    issue_width: int = 4
+    pim_banks: tuple[int, ...] | None = None   # bank_partition: bank indices in a channel
+    host_high_watermark: int | None = None     # authority defaults (markers change them)
+    pim_high_watermark: int | None = None
+    host_low_watermark: int | None = None
+    pim_low_watermark: int | None = None
+    epoch_cap: int | None = None
+    min_epoch: int = 0
+    keep_completions: bool = False
+
+
+def default_pim_banks(part: Part) -> tuple[int, ...]:
+    """bank_partition's default split: the upper half of the banks of every bank group go to
+    the PIM (the units sit beside them), the lower half to the host."""
+    o = part.org
+    bpg = o["banks_per_group"]
+    half = max(1, bpg // 2)
+    return tuple(b for b in range(o["ranks"] * o["bankgroups"] * bpg) if b % bpg >= bpg - half)
+
+
+def make_config(part: Part, opts: Options):
+    if opts.policy not in POLICIES:
+        raise ConfigError(f"unknown policy {opts.policy!r}; choose one of {', '.join(POLICIES)}")
+    if opts.issue_width < 1:
+        raise ConfigError(f"issue width must be >= 1, got {opts.issue_width}")
+    o, t, c = part.org, part.timing, part.controller
+    cfg = ffi.new("mc_config *")
+    for name in ("channels", "pseudo_channels", "ranks", "bankgroups", "banks_per_group", "rows",
+                 "columns"):
+        setattr(cfg, name, int(o[name]))
+    cfg.request_bytes = part.request_bytes
+    fields = part.address_fields(include_offset=False)
+    cfg.map_count = len(fields)
+    for i, (name, bits) in enumerate(fields):
+        cfg.map_fields[i] = _FIELD[name]
+        cfg.map_bits[i] = bits
+    cfg.offset_bits = part.address_fields()[-1][1]
+    cfg.burst = part.burst_cycles
+    for name in ("CL", "CWL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRC", "tCCD_S", "tCCD_L",
+                 "tRRD_S", "tRRD_L", "tFAW", "tWR", "tWTR_S", "tWTR_L", "tRTP", "tRTRS", "tREFI",
+                 "tRFC"):
+        setattr(cfg, name, int(t.get(name, 0)))
+    cfg.queue_depth = int(c["queue_depth"])
+    cfg.bank_queue_depth = int(c.get("bank_queue_depth", 8))
+    cfg.dual_command_bus = int(bool(c.get("dual_command_bus", part.standard.upper().startswith("HBM"))))
+    cfg.row_hit_cap = int(c["row_hit_cap"])
+    cfg.write_high = int(c["write_high_watermark"])
+    cfg.write_low = int(c["write_low_watermark"])
+    cfg.closed_page = 1 if c["row_policy"] == "closed" else 0
+    cfg.refresh = 0 if c["refresh"] == "none" else 1
+    cfg.issue_width = int(opts.issue_width)
+    if part.pim is not None:
+        cfg.pim_enabled = 1
+        cfg.pim_column_cycles = int(part.pim_column_cycles)
+        cfg.mode_switch_cycles = int(part.pim["mode_switch_cycles"])
+    elif opts.policy == "bank_partition":
+        raise ConfigError(f"policy bank_partition needs a part with [pim] units; {part.name} has none")
+    cfg.policy = opts.policy.encode()
+    nbanks = o["ranks"] * o["bankgroups"] * o["banks_per_group"]
+    if opts.policy == "bank_partition":
+        banks = opts.pim_banks if opts.pim_banks is not None else default_pim_banks(part)
+        bad = [b for b in banks if not 0 <= b < nbanks]
+        if bad:
+            raise ConfigError(f"pim_banks {bad} outside the channel's {nbanks} banks")
+        cfg.pim_bank_mask = sum(1 << b for b in set(banks))
+    cfg.host_hwm = int(opts.host_high_watermark or 0)
+    cfg.pim_hwm = int(opts.pim_high_watermark or 0)
+    cfg.host_lwm = -1 if opts.host_low_watermark == 0 else int(opts.host_low_watermark or 0)
+    cfg.pim_lwm = -1 if opts.pim_low_watermark == 0 else int(opts.pim_low_watermark or 0)
+    cfg.epoch_cap = int(opts.epoch_cap or 0)
+    cfg.min_epoch = int(opts.min_epoch)
+    cfg.keep_completions = 1 if opts.keep_completions else 0
+    return cfg
+
+
+class CommandLog:
+    """Writes the command log as CSV (docs/memctl.md), chunk by chunk."""
+
+    def __init__(self, out: str | pathlib.Path | IO[str]):
+        self._own = not hasattr(out, "write")
+        self.file = open(out, "w", newline="") if self._own else out
+        self.file.write(CMDLOG_HEADER + "\n")
+        self.count = 0
+
+    def write(self, cmds: np.ndarray) -> None:
+        if not len(cmds):
+            return
+        allbank = (cmds["bank"] == -1) & (cmds["command"] != lib.MC_CMD_REF)
+        rank = np.where(allbank, -1, cmds["rank"].astype(np.int64))
+        bg = np.where(cmds["bankgroup"] == 0xFF, -1, cmds["bankgroup"].astype(np.int64))
+        names = np.array(COMMANDS)[cmds["command"]]
+        who = np.array(BY)[cmds["requestor"]]
+        cols = [cmds["cycle"].astype(str), cmds["channel"].astype(str),
+                cmds["pseudo_channel"].astype(str), rank.astype(str), bg.astype(str),
+                cmds["bank"].astype(str), cmds["row"].astype(str), cmds["column"].astype(str),
+                names, who]
+        lines = cols[0]
+        for col in cols[1:]:
+            lines = np.char.add(np.char.add(lines, ","), col)
+        self.file.write("\n".join(lines.tolist()) + "\n")
+        self.count += len(cmds)
+
+    def close(self) -> None:
+        if self._own:
+            self.file.close()
+
+
+class Controller:
+    """One memctl controller. feed() record chunks in trace order, then finish() and stats()."""
+
+    def __init__(self, part: Part | str, options: Options | None = None, *,
+                 cmdlog: CommandLog | None = None, cmdlog_chunk: int = 1 << 20):
+        self.part = part if isinstance(part, Part) else load_part(part)
+        self.options = options or Options()
+        self._cfg = make_config(self.part, self.options)
+        err = ffi.new("char[512]")
+        sim = lib.mc_new(self._cfg, err, 512)
+        if sim == ffi.NULL:
+            raise ConfigError(f"{self.part.name}: {ffi.string(err).decode()}")
+        self._sim = ffi.gc(sim, lib.mc_free)
+        self.cmdlog = cmdlog
+        self._cmdbuf = None
+        if cmdlog is not None:
+            lib.mc_cmdlog_enable(self._sim, cmdlog_chunk)
+            self._cmdbuf = np.empty(cmdlog_chunk + 64, dtype=CMD_DTYPE)
+        self.completions: list[np.ndarray] = []
+        self.finished = False
+        self._leftover = np.zeros(0, dtype=RECORD_DTYPE)
+
+    def _check(self, rc: int, where: str) -> None:
+        if rc in (lib.MC_OK, lib.MC_PAUSED):
+            return
+        msg = ffi.string(lib.mc_error(self._sim)).decode()
+        raise _ERRORS.get(rc, SimulationError)(f"{where}: {msg}")
+
+    def _drain(self) -> None:
+        if self._cmdbuf is not None:
+            buf = self._cmdbuf
+            ptr = ffi.cast("mc_cmd *", ffi.from_buffer(buf))
+            while True:
+                n = lib.mc_cmdlog_take(self._sim, ptr, len(buf))
+                if not n:
+                    break
+                self.cmdlog.write(buf[:n])
+        if self.options.keep_completions:
+            idx, cyc, iss = (np.empty(1 << 16, dtype=np.uint64) for _ in range(3))
+            pi, pc, ps = (ffi.cast("uint64_t *", ffi.from_buffer(a)) for a in (idx, cyc, iss))
+            while True:
+                n = lib.mc_completions_take(self._sim, pi, pc, ps, len(idx))
+                if not n:
+                    break
+                self.completions.append(np.stack([idx[:n], cyc[:n], iss[:n]], axis=1).copy())
+
+    def _feed(self, records: np.ndarray, last: bool, where: str) -> None:
+        records = np.ascontiguousarray(records, dtype=RECORD_DTYPE)
+        consumed = ffi.new("uint64_t *")
+        done = 0
+        while True:
+            rest = records[done:]
+            ptr = ffi.cast("mc_record *", ffi.from_buffer(rest)) if len(rest) else ffi.NULL
+            rc = lib.mc_feed(self._sim, ptr, len(rest), int(last), consumed)
+            done += consumed[0]
+            self._drain()
+            self._check(rc, where)
+            if rc == lib.MC_OK:
+                break
+        # records a lagging cursor has not reached yet come again with the next chunk
+        self._leftover = records[done:]
+
+    def feed(self, records: np.ndarray, where: str = "trace") -> None:
+        """Offer a chunk of RECORD_DTYPE records (in trace order)."""
+        if self.finished:
+            raise SimulationError("feed() after finish()")
+        if len(self._leftover):
+            records = np.concatenate([self._leftover, np.asarray(records, dtype=RECORD_DTYPE)])
+        self._feed(records, False, where)
+
+    def finish(self, where: str = "trace") -> None:
+        """No more records: offer what is left, then run until every request completed."""
+        self._feed(self._leftover, True, where)
+        while True:
+            rc = lib.mc_finish(self._sim)
+            self._drain()
+            self._check(rc, "finish")
+            if rc == lib.MC_OK:
+                break
+        self.finished = True
+
+    def decode(self, addr: int) -> dict[str, int]:
+        out = ffi.new("int64_t[]", lib.MC_F_COUNT)
+        lib.mc_decode(self._sim, addr, out)
+        return {name: int(out[code]) for name, code in _FIELD.items()}
+
+    def stats(self, layer_names: list[str] | None = None) -> dict:
+        """Statistics as a JSON-serialisable dict (docs/memctl.md, "Stats")."""
+        part, tck = self.part, self.part.timing["tCK"]
+        s = ffi.new("mc_summary *")
+        lib.mc_get_summary(self._sim, s)
+        cycles = int(s.cycles)
+        seconds = cycles * tck * 1e-9
+        nch = part.channel_count
+        cs = ffi.new("mc_chan_stats *")
+        per_channel = []
+        totals = {who: _zero() for who in ("host", "pim")}
+        for ch in range(nch):
+            entry = {"channel": ch // part.org["pseudo_channels"],
+                     "pseudo_channel": ch % part.org["pseudo_channels"],
+                     "mode_switches": int(lib.mc_mode_switches(self._sim, ch))}
+            for r, who in enumerate(("host", "pim")):
+                lib.mc_get_chan_stats(self._sim, r, ch, cs)
+                d = _chan_dict(cs, seconds)
+                entry[who] = d
+                for key in _SUMMED:
+                    totals[who][key] += d[key]
+            per_channel.append(entry)
+        p = ffi.new("uint64_t *")
+        requestors = {}
+        for r, who in enumerate(("host", "pim")):
+            t = totals[who]
+            n = t["reads"] + t["writes"]
+            lib.mc_latency_percentile(self._sim, r, -1, 0.99, p)
+            requestors[who] = {
+                **t,
+                "requests": n,
+                "bandwidth_gbs": t["bytes"] / seconds / 1e9 if seconds else 0.0,
+                "mean_latency": t["latency_sum"] / n if n else 0.0,
+                "p99_latency": int(p[0]),
+                "row_hit_rate": t["row_hits"] / n if n else 0.0,
+            }
+        total_bytes = requestors["host"]["bytes"] + requestors["pim"]["bytes"]
+        host_bytes = requestors["host"]["bytes"]
+        layers = []
+        start, end, nreq = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        for i in range(int(lib.mc_layer_count(self._sim))):
+            lib.mc_layer_span(self._sim, i, start, end, nreq)
+            name = layer_names[i] if layer_names and i < len(layer_names) else str(i)
+            layers.append({"layer": i, "name": name, "start": int(start[0]), "end": int(end[0]),
+                           "requests": int(nreq[0])})
+        return {
+            "part": part.name,
+            "policy": self.options.policy,
+            "issue_width": self.options.issue_width,
+            "tCK_ns": tck,
+            "cycles": cycles,
+            "drain_cycles": int(s.drain_cycles),
+            "time_ns": cycles * tck,
+            "requests": int(s.requests),
+            "records": int(s.records),
+            "commands": int(s.commands),
+            "refreshes": int(s.refreshes),
+            "mode_switches": int(s.mode_switches),
+            "bandwidth_gbs": total_bytes / seconds / 1e9 if seconds else 0.0,
+            "host_bandwidth_gbs": host_bytes / seconds / 1e9 if seconds else 0.0,
+            "peak_bandwidth_gbs": part.peak_bandwidth_gbs,
+            "host_bandwidth_pct": 100.0 * host_bytes / seconds / 1e9 / part.peak_bandwidth_gbs
+            if seconds else 0.0,
+            "requestors": requestors,
+            "channels": per_channel,
+            "layers": layers,
+        }
+
+    def completion_array(self) -> np.ndarray:
+        """(record index in the trace, finish cycle, column-command cycle) rows, when
+        Options.keep_completions is set; the last is 2**64-1 for a read served from a queued
+        write."""
+        if not self.completions:
+            return np.zeros((0, 3), dtype=np.uint64)
+        return np.concatenate(self.completions)
+
+
+_SUMMED = ("reads", "writes", "bytes", "latency_sum", "row_hits", "row_misses", "row_conflicts",
+           "cycles_idle", "cycles_blocked", "cycles_active")
+
+
+def _zero() -> dict:
+    return {k: 0 for k in _SUMMED}
+
+
+def _chan_dict(cs, seconds: float) -> dict:
+    n = cs.reads + cs.writes
+    return {
+        "reads": int(cs.reads), "writes": int(cs.writes), "bytes": int(cs.bytes),
+        "bandwidth_gbs": cs.bytes / seconds / 1e9 if seconds else 0.0,
+        "latency_sum": int(cs.latency_sum),
+        "mean_latency": cs.latency_sum / n if n else 0.0,
+        "p99_latency": int(cs.p99_latency), "max_latency": int(cs.latency_max),
+        "row_hits": int(cs.row_hits), "row_misses": int(cs.row_misses),
+        "row_conflicts": int(cs.row_conflicts),
+        "cycles_idle": int(cs.cycles_idle), "cycles_blocked": int(cs.cycles_blocked),
+        "cycles_active": int(cs.cycles_active),
+    }
+
+
+def run_trace(chunks: Iterable[np.ndarray], part: Part | str, options: Options | None = None, *,
+              cmdlog: str | pathlib.Path | None = None, layer_names: list[str] | None = None,
+              progress=None, where: str = "trace") -> dict:
+    """Run a whole trace (an iterable of record chunks) and return its statistics.
+    progress: an optional callable(records_in_chunk) called after each chunk."""
+    log = CommandLog(cmdlog) if cmdlog is not None else None
+    try:
+        ctl = Controller(part, options, cmdlog=log)
+        for chunk in chunks:
+            ctl.feed(chunk, where)
+            if progress is not None:
+                progress(len(chunk))
+        ctl.finish(where)
+    finally:
+        if log is not None:
+            log.close()
+    names = layer_names if layer_names is not None else getattr(chunks, "layer_names", None)
+    return ctl.stats(names)
+
+
+def write_stats_csv(stats: dict, path: str | pathlib.Path) -> None:
+    """One row per channel and requestor."""
+    with open(path, "w", newline="") as f:
+        w = None
+        for entry in stats["channels"]:
+            for who in ("host", "pim"):
+                row = {"channel": entry["channel"], "pseudo_channel": entry["pseudo_channel"],
+                       "requestor": who, **entry[who]}
+                if w is None:
+                    w = csv.DictWriter(f, fieldnames=list(row))
+                    w.writeheader()
+                w.writerow(row)

@@ -1,0 +1,208 @@
+"""pimrt's binary trace (`--format npy`): a numpy `.npy` file holding a 1-D array of
+RECORD_DTYPE, read memory-mapped chunk by chunk; the layer names live beside it in
+`FILE.layers.json` (for `conv.npy`: `conv.npy.layers.json`; `conv.layers.json` is read too),
+a JSON list indexed by a LAYER record's value.
+
+Writer appends chunks to an open file and fixes the header's length on close, so a trace of any
+size is written without holding it in memory:
+
+    with binary.Writer("t.npy") as w:
+        w.write(w.layer_marker("conv1"))    # LAYER record, name kept for the sidecar
+        w.write(chunk)
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Iterable
+
+import numpy as np
+
+from pimrt.trace import _textparse as tp
+from pimrt.trace.records import (BARRIER, LAYER, OP_NAMES, PARAM, PARAM_NAMES, RECORD_DTYPE,
+                                 REQUESTOR_NAMES, WRITE)
+
+NAME = "npy"
+EXTENSIONS = (".npy",)
+PRIORITY = 0
+BINARY = True
+DESCRIPTION = "numpy .npy of RECORD_DTYPE (+ FILE.layers.json)"
+
+MAGIC = b"\x93NUMPY"
+_HEADER_BYTES = 256  # fixed, so the shape can be patched in place on close
+
+
+def sniff_bytes(head: bytes) -> bool:
+    return head.startswith(MAGIC)
+
+
+def sidecar_path(path: pathlib.Path) -> pathlib.Path:
+    return path.with_name(path.name + ".layers.json")
+
+
+def _find_sidecar(path: pathlib.Path) -> pathlib.Path | None:
+    for p in (sidecar_path(path), path.with_suffix(".layers.json")):
+        if p.is_file():
+            return p
+    return None
+
+
+def read_layer_names(path: pathlib.Path, display: str) -> list[str] | None:
+    side = _find_sidecar(path)
+    if side is None:
+        return None
+    try:
+        names = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise tp.trace_error(str(side), None, "layers", f"cannot read layer names: {exc}")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise tp.trace_error(str(side), None, "layers", "must be a JSON list of strings")
+    return names
+
+
+def _open_array(path: pathlib.Path, display: str) -> np.ndarray:
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise tp.trace_error(display, None, None, f"not a readable .npy file: {exc}") from None
+    if arr.ndim != 1:
+        raise tp.trace_error(display, None, None, f"expected a 1-D array of records, found "
+                             f"shape {arr.shape}")
+    if arr.dtype != RECORD_DTYPE:
+        if arr.dtype.names == RECORD_DTYPE.names:
+            pass  # same fields in another layout/byte order: converted chunk by chunk
+        else:
+            raise tp.trace_error(display, None, None, f"dtype {arr.dtype} is not pimrt's "
+                                 f"RECORD_DTYPE {RECORD_DTYPE}")
+    return arr
+
+
+def validate_chunk(chunk: np.ndarray, first: int, state: tp.ReadState,
+                   names_known: bool) -> None:
+    """Checks one chunk of records (first = 0-based index of its first record); errors name
+    the 1-based record number."""
+    def err(i, field, msg):
+        return tp.trace_error(state, first + int(i) + 1, field, msg, unit="record ")
+
+    op = chunk["op"]
+    bad = np.flatnonzero(op > BARRIER)
+    if len(bad):
+        raise err(bad[0], "op", f"op code {op[bad[0]]} is not one of "
+                  f"{', '.join(f'{k} {v}' for k, v in OP_NAMES.items())}")
+    req = op <= WRITE
+    bad = np.flatnonzero(req & (chunk["requestor"] > max(REQUESTOR_NAMES)))
+    if len(bad):
+        raise err(bad[0], "requestor", f"requestor code {chunk['requestor'][bad[0]]} is not "
+                  f"0 (host) or 1 (pim)")
+    is_param = op == PARAM
+    if is_param.any():
+        known = np.array(sorted(PARAM_NAMES), dtype=np.uint16)
+        bad = np.flatnonzero(is_param & ~np.isin(chunk["param"], known))
+        if len(bad):
+            raise err(bad[0], "param", f"unknown parameter id {chunk['param'][bad[0]]} "
+                      f"(known: {', '.join(f'{k} {v}' for k, v in PARAM_NAMES.items())})")
+    is_layer = op == LAYER
+    if is_layer.any():
+        vals = chunk["value"][is_layer]
+        top = int(vals.max())
+        if names_known and top >= len(state.layer_names):
+            i = np.flatnonzero(is_layer & (chunk["value"] >= len(state.layer_names)))[0]
+            raise err(i, "layer", f"LAYER value {chunk['value'][i]} has no name in the "
+                      f"sidecar ({len(state.layer_names)} names)")
+        while len(state.layer_names) <= top:  # no sidecar: names made up
+            state.layer_id(f"layer{len(state.layer_names)}")
+    idx = np.flatnonzero(req)
+    if len(idx):
+        cyc = chunk["cycle"][idx]
+        back = np.flatnonzero(np.r_[cyc[:1] < state.last_cycle, cyc[1:] < cyc[:-1]])
+        if len(back):
+            j = back[0]
+            prev = state.last_cycle if j == 0 else int(cyc[j - 1])
+            prev_at = state.last_line if j == 0 else first + int(idx[j - 1]) + 1
+            raise err(idx[j], "cycle", f"arrival cycle {cyc[j]} is earlier than {prev} of "
+                      f"the request before it (record {prev_at}): requests must be in "
+                      f"arrival order")
+        cap = state.capacity_bytes
+        if cap is not None:
+            over = np.flatnonzero(chunk["addr"][idx] >= np.uint64(cap))
+            if len(over):
+                i = idx[over[0]]
+                raise err(i, "address", f"address 0x{int(chunk['addr'][i]):x} is beyond the "
+                          f"memory's capacity of {cap} bytes (0x{cap:x})")
+        state.last_cycle, state.last_line = int(cyc[-1]), first + int(idx[-1]) + 1
+
+
+def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
+    arr = _open_array(path, state.display)
+    names = read_layer_names(path, state.display)
+    if names is not None:
+        for n in names:
+            state.layer_names.append(n)
+            state.layer_index.setdefault(n, len(state.layer_names) - 1)
+    for i in range(0, len(arr), chunk_records):
+        chunk = np.array(arr[i:i + chunk_records], dtype=RECORD_DTYPE)
+        validate_chunk(chunk, i, state, names is not None)
+        yield chunk
+
+
+def count_records(path: pathlib.Path) -> int:
+    return len(_open_array(path, str(path)))
+
+
+# ---------------------------------------------------------------------------------------------
+def _header(n: int) -> bytes:
+    d = {"descr": np.lib.format.dtype_to_descr(RECORD_DTYPE), "fortran_order": False,
+         "shape": (n,)}
+    text = repr(d).encode("latin1")
+    pad = _HEADER_BYTES - len(MAGIC) - 2 - 2 - len(text) - 1
+    if pad < 0:
+        raise AssertionError("npy header too long")
+    return MAGIC + bytes([1, 0]) + (_HEADER_BYTES - 10).to_bytes(2, "little") + text + \
+        b" " * pad + b"\n"
+
+
+class Writer:
+    """Appends record chunks to a .npy file; close() fixes the record count in the header and
+    writes the layer-name sidecar (when there are layer names)."""
+
+    def __init__(self, path, layer_names: Iterable[str] | None = None):
+        self.path = pathlib.Path(path)
+        self.layer_names = list(layer_names or [])
+        self._f = open(self.path, "wb")
+        self._f.write(_header(0))
+        self.count = 0
+
+    def add_layer(self, name: str) -> int:
+        if name in self.layer_names:
+            return self.layer_names.index(name)
+        self.layer_names.append(name)
+        return len(self.layer_names) - 1
+
+    def layer_marker(self, name: str) -> np.ndarray:
+        rec = np.zeros(1, RECORD_DTYPE)
+        rec["op"], rec["value"] = LAYER, self.add_layer(name)
+        return rec
+
+    def write(self, records: np.ndarray) -> None:
+        recs = np.ascontiguousarray(records, dtype=RECORD_DTYPE)
+        self._f.write(recs.tobytes())
+        self.count += len(recs)
+
+    def close(self) -> None:
+        if self._f.closed:
+            return
+        self._f.seek(0)
+        self._f.write(_header(self.count))
+        self._f.close()
+        side = sidecar_path(self.path)
+        if self.layer_names:
+            side.write_text(json.dumps(self.layer_names, indent=0) + "\n", encoding="utf-8")
+        elif side.exists():
+            side.unlink()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+

@@ -1,0 +1,103 @@
+"""DRAMsim3's trace format (`--format dramsim3`): `0xADDR READ|WRITE cycle`, one request a
+line, all from the host.
+
+The address is hexadecimal with or without `0x`, as DRAMsim3 reads it (`std::hex`); the op is
+READ or WRITE (any case; DRAMsim3's P_MEM_RD and P_MEM_WR are accepted too); the arrival cycle
+is decimal. Writing drops markers (the format has none) and refuses PIM requests.
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import Iterable
+
+import numpy as np
+
+from pimrt.trace import _textparse as tp
+from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+
+NAME = "dramsim3"
+EXTENSIONS = ()
+PRIORITY = 20
+DESCRIPTION = "DRAMsim3: '0xADDR READ|WRITE cycle' lines, all host"
+
+OP_WORDS = {b"read": READ, b"write": WRITE, b"p_mem_rd": READ, b"p_mem_wr": WRITE}
+
+
+def sniff(tokens: list[bytes]) -> bool:
+    return len(tokens) == 3 and tokens[1].lower() in OP_WORDS
+
+
+def parse_line(toks: list[bytes], text: bytes, line: int, state: tp.ReadState) -> list[tuple]:
+    if len(toks) != 3:
+        raise tp.trace_error(state, line, None, f"expected 3 fields '0xADDR READ|WRITE "
+                             f"cycle', found {len(toks)}")
+    addr = tp.scalar_addr(state, toks[0], line, mode="hex")
+    op = OP_WORDS.get(toks[1].lower())
+    if op is None:
+        o = toks[1].decode("utf-8", "replace")
+        raise tp.trace_error(state, line, "op", f"unknown op {o!r} (READ or WRITE)"
+                             + tp.suggest(o.upper(), ["READ", "WRITE"]))
+    cycle = tp.scalar_cycle(state, toks[2], line)
+    tp.check_order(state, cycle, line)
+    return [(cycle, addr, 0, op, HOST, 0)]
+
+
+def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray | None:
+    cols = tp.fixed_columns(block, 3)
+    if cols is None:
+        return None
+    t, s, e = cols
+    addrs, ok_a = tp.parse_uint_vec(t, s[:, 0], e[:, 0], "hex")
+    ops = tp.match_words(t, s[:, 1], e[:, 1], OP_WORDS)
+    cycles, ok_c = tp.parse_uint_vec(t, s[:, 2], e[:, 2], "dec")
+    if not (ok_a.all() and ok_c.all() and (ops >= 0).all()):
+        return None
+    lines = np.flatnonzero(t.counts) + first_line
+    if not tp.check_requests_fast(state, cycles, addrs, lines):
+        return None
+    out = np.zeros(len(cycles), RECORD_DTYPE)
+    out["cycle"], out["addr"], out["op"] = cycles, addrs, ops
+    return out
+
+
+def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
+    return tp.read_text(path, state, parse_line, parse_fast)
+
+
+def host_requests_only(records: np.ndarray, where: str, fmt: str) -> np.ndarray:
+    """The request records of a chunk; PIM requests are an error, markers are dropped."""
+    req = records[records["op"] <= WRITE]
+    if (req["requestor"] != HOST).any():
+        raise tp.trace_error(where, None, "requestor", f"the {fmt} format has host requests "
+                             f"only; the records hold PIM requests")
+    return req
+
+
+class Writer:
+    def __init__(self, path, layer_names: Iterable[str] | None = None):
+        self.path = pathlib.Path(path)
+        self.layer_names = list(layer_names or [])
+        self._f = open(self.path, "w", encoding="ascii")
+        self.count = 0
+
+    def add_layer(self, name: str) -> int:  # markers are dropped; ids kept for callers
+        if name not in self.layer_names:
+            self.layer_names.append(name)
+        return self.layer_names.index(name)
+
+    def write(self, records: np.ndarray) -> None:
+        req = host_requests_only(records, str(self.path), NAME)
+        ops = np.where(req["op"] == WRITE, "WRITE", "READ").tolist()
+        self._f.write("".join([f"0x{a:x} {o} {c}\n" for a, o, c in
+                               zip(req["addr"].tolist(), ops, req["cycle"].tolist())]))
+        self.count += len(req)
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,88 @@
+"""Ramulator 2.0's load/store trace (`--format ramulator`): `LD 0xADDR` or `ST 0xADDR`, one
+request a line, all from the host, arrival cycle 0 (the format has no cycle field).
+
+The address is `0x..` hexadecimal or decimal, as Ramulator 2.0's LoadStoreTrace reads it.
+Writing drops markers and cycles and refuses PIM requests.
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import Iterable
+
+import numpy as np
+
+from pimrt.trace import _textparse as tp
+from pimrt.trace.dramsim3 import host_requests_only
+from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+
+NAME = "ramulator"
+EXTENSIONS = ()
+PRIORITY = 30
+DESCRIPTION = "Ramulator 2.0 load/store: 'LD|ST 0xADDR' lines, all host, cycle 0"
+
+OP_WORDS = {b"ld": READ, b"st": WRITE}
+
+
+def sniff(tokens: list[bytes]) -> bool:
+    return len(tokens) == 2 and tokens[0].lower() in OP_WORDS
+
+
+def parse_line(toks: list[bytes], text: bytes, line: int, state: tp.ReadState) -> list[tuple]:
+    if len(toks) != 2:
+        raise tp.trace_error(state, line, None, f"expected 2 fields 'LD|ST 0xADDR', found "
+                             f"{len(toks)}")
+    op = OP_WORDS.get(toks[0].lower())
+    if op is None:
+        o = toks[0].decode("utf-8", "replace")
+        raise tp.trace_error(state, line, "op", f"unknown op {o!r} (LD or ST)")
+    addr = tp.scalar_addr(state, toks[1], line)
+    return [(0, addr, 0, op, HOST, 0)]
+
+
+def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray | None:
+    cols = tp.fixed_columns(block, 2)
+    if cols is None:
+        return None
+    t, s, e = cols
+    ops = tp.match_words(t, s[:, 0], e[:, 0], OP_WORDS)
+    addrs, ok_a = tp.parse_uint_vec(t, s[:, 1], e[:, 1], "auto")
+    if not (ok_a.all() and (ops >= 0).all()):
+        return None
+    if state.capacity_bytes is not None and (addrs >= np.uint64(state.capacity_bytes)).any():
+        return None
+    out = np.zeros(len(addrs), RECORD_DTYPE)
+    out["addr"], out["op"] = addrs, ops
+    return out
+
+
+def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
+    return tp.read_text(path, state, parse_line, parse_fast)
+
+
+class Writer:
+    def __init__(self, path, layer_names: Iterable[str] | None = None):
+        self.path = pathlib.Path(path)
+        self.layer_names = list(layer_names or [])
+        self._f = open(self.path, "w", encoding="ascii")
+        self.count = 0
+
+    def add_layer(self, name: str) -> int:
+        if name not in self.layer_names:
+            self.layer_names.append(name)
+        return self.layer_names.index(name)
+
+    def write(self, records: np.ndarray) -> None:
+        req = host_requests_only(records, str(self.path), NAME)
+        ops = np.where(req["op"] == WRITE, "ST", "LD").tolist()
+        self._f.write("".join([f"{o} 0x{a:x}\n" for o, a in zip(ops, req["addr"].tolist())]))
+        self.count += len(req)
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

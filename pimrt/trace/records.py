@@ -1,0 +1,35 @@
+"""The one record type every trace reader produces and memctl consumes (C struct mc_record)."""
+import numpy as np
+
+RECORD_DTYPE = np.dtype(
+    [
+        ("cycle", "<u8"),
+        ("addr", "<u8"),
+        ("value", "<u4"),
+        ("op", "u1"),
+        ("requestor", "u1"),
+        ("param", "<u2"),
+    ]
+)
+assert RECORD_DTYPE.itemsize == 24
+
+# op codes
+READ, WRITE, LAYER, PARAM, BARRIER = 0, 1, 2, 3, 4
+OP_NAMES = {READ: "READ", WRITE: "WRITE", LAYER: "LAYER", PARAM: "PARAM", BARRIER: "BARRIER"}
+
+# requestors
+HOST, PIM = 0, 1
+REQUESTOR_NAMES = {HOST: "host", PIM: "pim"}
+
+# PARAM ids (authority policy parameters); value is an unsigned 32-bit integer
+PARAM_IDS = {
+    "high_watermark": 1,       # sets both host_ and pim_high_watermark
+    "host_high_watermark": 2,  # host takes the channel once this many host requests wait
+    "pim_high_watermark": 3,   # PIM takes the channel once this many PIM requests wait
+    "epoch_cap": 4,            # longest epoch (cycles) while the other side waits
+    "min_epoch": 5,            # shortest epoch before a watermark hand-over
+    "low_watermark": 6,        # sets both host_ and pim_low_watermark
+    "host_low_watermark": 7,   # the host gives way to a waiting PIM at its high watermark
+    "pim_low_watermark": 8,    #   only once its own queue is down to this (and vice versa)
+}
+PARAM_NAMES = {v: k for k, v in PARAM_IDS.items()}

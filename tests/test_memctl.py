@@ -1,0 +1,270 @@
+"""memctl: the C model through its Python API. Properties with hypothesis over random small
+traces, every policy and part; analytical bounds; bad input."""
+import io
+import subprocess
+import pathlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pimrt.errors import ConfigError, TraceError
+from pimrt.memctl import CommandLog, Controller, Options, default_pim_banks, load_part, run_trace
+from pimrt.memctl.checker import check_command_log
+from pimrt.memctl.config import decode_address
+from pimrt.trace import synthetic
+from pimrt.trace.records import BARRIER, HOST, LAYER, PARAM, PARAM_IDS, PIM, READ, RECORD_DTYPE, WRITE
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+POLICIES = ("serial", "bank_partition", "authority")
+
+
+def simulate(part, records, policy="authority", width=4, chunk=97, log=True, **kw):
+    """Run records in odd-sized chunks; returns (controller, command log text)."""
+    buf = io.StringIO()
+    cmdlog = CommandLog(buf) if log else None
+    ctl = Controller(part, Options(policy=policy, issue_width=width, keep_completions=True, **kw),
+                     cmdlog=cmdlog, cmdlog_chunk=1000)
+    for lo in range(0, len(records), chunk):
+        ctl.feed(records[lo:lo + chunk])
+    ctl.finish()
+    return ctl, buf.getvalue()
+
+
+@st.composite
+def traces(draw, pim=True, max_n=300):
+    n = draw(st.integers(1, max_n))
+    part = load_part("hbm2_pim")
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    addrs = draw(st.sampled_from([16, 256, 1 << 14, 1 << 20]))  # small sets: conflicts, RAW
+    rec = np.zeros(n, RECORD_DTYPE)
+    rec["addr"] = rng.integers(0, addrs, n).astype(np.uint64) * 64 % np.uint64(part.capacity_bytes)
+    rec["op"] = rng.random(n) < draw(st.sampled_from([0.0, 0.3, 0.7]))
+    if pim:
+        rec["requestor"] = (rng.random(n) < draw(st.sampled_from([0.0, 0.3, 0.8]))).astype(np.uint8)
+    rec["cycle"] = np.sort(rng.integers(0, draw(st.sampled_from([1, 50, 5000])), n)).astype(np.uint64)
+    # sprinkle markers
+    k = draw(st.integers(0, 4))
+    for j in sorted(rng.integers(0, n, k).tolist(), reverse=True):
+        m = np.zeros(1, RECORD_DTYPE)
+        kind = rng.integers(0, 3)
+        if kind == 0:
+            m["op"], m["value"] = LAYER, rng.integers(0, 5)
+        elif kind == 1:
+            m["op"], m["param"], m["value"] = PARAM, PARAM_IDS["epoch_cap"], rng.integers(50, 3000)
+        else:
+            m["op"] = BARRIER
+        m["cycle"] = rec["cycle"][j]
+        rec = np.concatenate([rec[:j], m, rec[j:]])
+    return rec
+
+
+def request_indices(rec):
+    return np.flatnonzero(rec["op"] <= WRITE)
+
+
+@settings(max_examples=25)
+@given(rec=traces(), policy=st.sampled_from(POLICIES), width=st.sampled_from([1, 4]))
+def test_every_request_completes_once_and_timing_holds(rec, policy, width):
+    part = load_part("hbm2_pim")
+    ctl, log = simulate(part, rec, policy, width)
+    comp = ctl.completion_array()
+    assert sorted(comp[:, 0].tolist()) == request_indices(rec).tolist()
+    s = ctl.stats()
+    assert s["requests"] == len(request_indices(rec))
+    banks = default_pim_banks(part) if policy == "bank_partition" else None
+    violations = check_command_log(log, part, policy=policy, pim_banks=banks)
+    assert violations == [], violations[:3]
+
+
+@settings(max_examples=15)
+@given(rec=traces(pim=False), part=st.sampled_from(["hbm2", "ddr4"]))
+def test_host_only_parts_keep_timing(rec, part):
+    p = load_part(part)
+    rec["addr"] %= np.uint64(p.capacity_bytes)
+    ctl, log = simulate(p, rec, "authority", 4)
+    assert len(ctl.completion_array()) == len(request_indices(rec))
+    assert check_command_log(log, p) == []
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 10**6), policy=st.sampled_from(["serial", "authority"]))
+def test_read_after_write_and_write_after_read_order(seed, policy):
+    """Few addresses, many reads and writes: at each address the DRAM sees the commands in
+    trace order (a read after a queued write is served from it)."""
+    part = load_part("hbm2")
+    rng = np.random.default_rng(seed)
+    n = 400
+    rec = np.zeros(n, RECORD_DTYPE)
+    rec["addr"] = rng.integers(0, 8, n).astype(np.uint64) * 64
+    rec["op"] = rng.random(n) < 0.5
+    ctl, log = simulate(part, rec, policy, 4)
+    comp = ctl.completion_array()
+    issue = dict(zip(comp[:, 0].tolist(), comp[:, 2].tolist()))
+    cmds = [line.split(",") for line in log.splitlines()[1:]]
+    forwarded = 0
+    for a in range(8):  # address 64 a: channel 0, bank 0, row 0, column a
+        issued = {int(c[0]) for c in cmds if c[8] in ("RD", "WR") and c[7] == str(a)}
+        last_write, last_read = -1, -1
+        for i in np.flatnonzero(rec["addr"] == a * 64).tolist():
+            t = issue[i]
+            if t == 2**64 - 1:  # a read served from a queued write
+                assert rec["op"][i] == READ and last_write >= 0
+                forwarded += 1
+                continue
+            assert t in issued
+            if rec["op"][i] == WRITE:
+                assert t > last_read  # write after read
+                last_write = max(last_write, t)
+            else:
+                assert t > last_write  # read after write
+                last_read = max(last_read, t)
+    assert forwarded > 0
+
+
+def test_authority_never_shares_a_channel_and_waits_are_bounded():
+    part = load_part("hbm2_pim")
+    cap = 600
+    rec = np.concatenate(list(synthetic.host_pim_interleave(20000, part=part, layers=2,
+                                                            pim_fraction=0.5, pim_write_every=4)))
+    ctl, log = simulate(part, rec, "authority", 4, chunk=4096, epoch_cap=cap)
+    assert check_command_log(log, part, policy="authority") == []
+    # epochs: from each PIM_ENTER / PIM_EXIT to the next on that channel
+    switch = part.pim["mode_switch_cycles"]
+    last = {}
+    longest = 0
+    for line in log.splitlines()[1:]:
+        c = line.split(",")
+        if c[8] in ("PIM_ENTER", "PIM_EXIT"):
+            ch, t = int(c[1]), int(c[0])
+            if ch in last:
+                longest = max(longest, t - last[ch])
+            last[ch] = t
+    assert ctl.stats()["mode_switches"] > 10
+    # cap + switch latency + finishing the request under way (row cycle, refresh)
+    bound = cap + switch + part.timing["tRC"] + part.timing["tRFC"] + 100
+    assert 0 < longest <= bound, (longest, bound)
+
+
+def test_bank_partition_confines_each_side():
+    part = load_part("hbm2_pim")
+    rec = np.concatenate(list(synthetic.host_pim_interleave(5000, part=part, pim_fraction=0.4)))
+    rec = np.concatenate([rec, np.concatenate(list(synthetic.random(3000, capacity=1 << 30)))])
+    ctl, log = simulate(part, rec, "bank_partition", 4, chunk=2048)
+    pim_banks = set(default_pim_banks(part))
+    bpr = part.banks_per_rank
+    for line in log.splitlines()[1:]:
+        c = line.split(",")
+        if c[8] in ("ACT", "RD", "WR") and c[9] == "host":
+            b = int(c[3]) * bpr + int(c[4]) * part.org["banks_per_group"] + int(c[5])
+            assert b not in pim_banks, line
+        assert c[8] not in ("PIM_ENTER", "PIM_EXIT")
+    assert check_command_log(log, part, policy="bank_partition", pim_banks=sorted(pim_banks)) == []
+
+
+def test_deterministic():
+    part = load_part("hbm2_pim")
+    rec = np.concatenate(list(synthetic.host_pim_interleave(8000, part=part, pim_fraction=0.3)))
+    a, la = simulate(part, rec, "authority", 4, chunk=1000)
+    b, lb = simulate(part, rec, "authority", 4, chunk=333)
+    assert a.stats() == b.stats()
+    assert la == lb
+
+
+def test_stream_reaches_90_percent_of_peak():
+    part = load_part("hbm2")
+    s = run_trace(synthetic.stream(200_000), part, Options(policy="serial", issue_width=4))
+    assert s["host_bandwidth_gbs"] >= 0.9 * part.peak_bandwidth_gbs
+    assert s["requestors"]["host"]["row_hit_rate"] == pytest.approx(31 / 32, abs=0.002)
+
+
+@pytest.mark.parametrize("name", ["hbm2", "ddr4"])
+def test_random_reads_land_on_the_activation_bound(name):
+    """Random reads need one ACT each: the rate is bounded by tRC per bank, tRRD_S and tFAW
+    per rank. Without refresh, the run takes at least that bound and little more."""
+    part = load_part(name, {"controller.refresh": "none", "controller.queue_depth": 64,
+                            "controller.write_high_watermark": 64})
+    o, t = part.org, part.timing
+    n = 40_000
+    ranks = part.channel_count * o["ranks"]
+    per_rank = min(4 / t["tFAW"], 1 / t["tRRD_S"], part.banks_per_rank / t["tRC"])
+    bound = n / (ranks * per_rank)
+    s = run_trace(synthetic.random(n, capacity=part.capacity_bytes), part,
+                  Options(policy="serial", issue_width=8))
+    assert bound <= s["cycles"] <= 1.15 * bound, (s["cycles"], bound)
+
+
+@pytest.mark.parametrize("name", ["hbm2", "ddr4", "hbm2_pim"])
+def test_python_and_c_decode_addresses_alike(name):
+    part = load_part(name)
+    ctl = Controller(part, Options(policy="serial"))
+    addrs = np.random.default_rng(1).integers(0, part.capacity_bytes, 200, dtype=np.uint64)
+    py = decode_address(part, addrs)
+    for i, a in enumerate(addrs.tolist()):
+        c = ctl.decode(a)
+        assert c["ro"] == py["row"][i] and c["co"] == py["column"][i]
+        assert c["ba"] == py["bank"][i] and c["bg"] == py["bankgroup"][i]
+        assert c["ch"] * part.org["pseudo_channels"] + c["pc"] == \
+            py["channel"][i] * part.org["pseudo_channels"] + py["pseudo_channel"][i]
+
+
+def test_layer_spans_and_stats_shape():
+    part = load_part("hbm2_pim")
+    trace = synthetic.host_pim_interleave(4000, part=part, layers=3)
+    s = run_trace(trace, part, Options(policy="authority"))
+    assert [x["name"] for x in s["layers"]] == ["layer0", "layer1", "layer2"]
+    assert sum(x["requests"] for x in s["layers"]) == 4000
+    assert all(x["start"] <= x["end"] for x in s["layers"])
+    host = s["requestors"]["host"]
+    assert host["requests"] == host["row_hits"] + host["row_misses"] + host["row_conflicts"]
+    assert len(s["channels"]) == part.channel_count
+    for key in ("bandwidth_gbs", "mean_latency", "p99_latency", "cycles_idle", "cycles_blocked"):
+        assert key in host
+
+
+# ---- bad input -------------------------------------------------------------------------
+
+def test_address_beyond_capacity_names_the_request():
+    part = load_part("hbm2")
+    rec = np.zeros(3, RECORD_DTYPE)
+    rec["addr"][2] = part.capacity_bytes
+    with pytest.raises(TraceError, match="record 2.*capacity"):
+        run_trace([rec], part)
+
+
+def test_pim_request_on_a_part_without_pim():
+    rec = np.zeros(1, RECORD_DTYPE)
+    rec["requestor"] = PIM
+    with pytest.raises(TraceError, match="PIM"):
+        run_trace([rec], "hbm2")
+
+
+def test_bad_op_and_requestor():
+    rec = np.zeros(1, RECORD_DTYPE)
+    rec["op"] = 9
+    with pytest.raises(TraceError, match="op"):
+        run_trace([rec], "hbm2")
+    rec["op"], rec["requestor"] = READ, 7
+    with pytest.raises(TraceError, match="requestor"):
+        run_trace([rec], "hbm2_pim")
+
+
+def test_bad_policy_and_options():
+    with pytest.raises(ConfigError, match="policy"):
+        Controller("hbm2", Options(policy="fair"))
+    with pytest.raises(ConfigError, match="bank_partition"):
+        Controller("hbm2", Options(policy="bank_partition"))
+    with pytest.raises(ConfigError, match="issue width"):
+        Controller("hbm2", Options(issue_width=0))
+    with pytest.raises(ConfigError, match="pim_banks"):
+        Controller("hbm2_pim", Options(policy="bank_partition", pim_banks=(99,)))
+    with pytest.raises(ConfigError, match="leave banks"):
+        Controller("hbm2_pim", Options(policy="bank_partition", pim_banks=tuple(range(16))))
+
+
+def test_c_unit_tests():
+    """memctl's own C tests (make check); CI also runs them under ASan and UBSan."""
+    out = subprocess.run(["make", "-s", "-C", str(ROOT / "memctl"), "check"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert " 0 failed" in out.stdout
