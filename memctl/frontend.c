@@ -2,6 +2,7 @@
  * their arrival cycle has passed, stopping at the first the controller refuses (a full
  * queue). Markers take effect at their place in the trace. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -88,6 +89,7 @@ static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t l
         tmp.cls = CLS_HIT;
         mc_record_latency(sim, c, &tmp, t + 1, -1);
         if (t + 1 > sim->last_read_done) sim->last_read_done = t + 1;
+        if (t + 1 > sim->last_done_by[MC_HOST]) sim->last_done_by[MC_HOST] = t + 1;
         return 1;
     }
     int full = who == MC_HOST ? c->txq_count[dir] >= k->queue_depth
@@ -121,6 +123,7 @@ static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t l
     }
     c->qcount[who][dir]++;
     sim->outstanding++;
+    sim->outstanding_by[who]++;
     if (dir && t > sim->last_write_accept) sim->last_write_accept = t;
     mc_account(sim, c, t);
     c->next_event = MINT(c->next_event, t);
@@ -143,11 +146,35 @@ static void start_waiting(mc_sim *sim, tick t)
     sim->fe_barrier = 1;
 }
 
-void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick t)
+static void wake_all(mc_sim *sim, tick when)
 {
+    for (int k = 0; k < sim->cursors; k++) sim->cur[k].next = MINT(sim->cur[k].next, when);
+}
+
+void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick done, tick t)
+{
+    const req *r = &c->slots[slot];
+    int who = r->requestor;
+    uint64_t index = r->index;
     c->slots[slot].next = c->free_head;
     c->free_head = slot;
     sim->outstanding--;
+    sim->outstanding_by[who]--;
+    if (done > sim->last_done_by[who]) sim->last_done_by[who] = done;
+    /* events waiting for this request */
+    for (uint64_t i = 0; i < sim->npending;) {
+        event *e = &sim->events[sim->pending_events[i]];
+        if (e->requestor == who && index < e->pos) {
+            if (done > e->max_done) e->max_done = done;
+            if (--e->pending == 0) {
+                e->fired = MAXT(e->max_done, e->reached);
+                sim->pending_events[i] = sim->pending_events[--sim->npending];
+                wake_all(sim, MAXT(t + 1, e->fired));
+                continue;
+            }
+        }
+        i++;
+    }
     for (int k = 0; k < sim->cursors; k++) {
         cursor *cu = &sim->cur[k];
         if (cu->blocked) {
@@ -157,6 +184,69 @@ void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick t)
         if (sim->fe_barrier && sim->outstanding == 0) cu->next = MINT(cu->next, MAXT(t + 1, sim->last_done));
     }
 }
+
+static event *get_event(mc_sim *sim, uint32_t id)
+{
+    if (id >= sim->nevents) {
+        if (id >= sim->events_cap) {
+            uint64_t cap = sim->events_cap ? sim->events_cap : 256;
+            while (cap <= id) cap *= 2;
+            event *p = realloc(sim->events, cap * sizeof *p);
+            if (!p) return NULL;
+            sim->events = p;
+            sim->events_cap = cap;
+        }
+        for (uint64_t i = sim->nevents; i <= id; i++) {
+            memset(&sim->events[i], 0, sizeof sim->events[i]);
+            sim->events[i].reached = sim->events[i].fired = NEVER;
+        }
+        sim->nevents = (uint64_t)id + 1;
+    }
+    return &sim->events[id];
+}
+
+/* SIGNAL: the event fires once every request the requestor offered before it completed */
+static int signal_event(mc_sim *sim, const mc_record *r, uint64_t pos, int who, tick t)
+{
+    event *e = get_event(sim, r->value);
+    if (!e) return mc_set_error(sim, MC_ERR_MEMORY, "out of memory for event %u", r->value);
+    if (e->signaled)
+        return mc_set_error(sim, MC_ERR_TRACE, "record %llu: event %u signaled twice",
+                            (unsigned long long)pos, r->value);
+    e->signaled = 1;
+    e->pos = pos;
+    e->requestor = who;
+    e->reached = t;
+    e->max_done = MAXT(t, sim->last_done_by[who]);
+    e->pending = sim->outstanding_by[who];
+    if (e->pending == 0) {
+        e->fired = e->max_done;
+        wake_all(sim, MAXT(t + 1, e->fired));
+        return MC_OK;
+    }
+    if (sim->npending == sim->pending_cap) {
+        uint64_t cap = sim->pending_cap ? sim->pending_cap * 2 : 64;
+        uint64_t *p = realloc(sim->pending_events, cap * sizeof *p);
+        if (!p) return mc_set_error(sim, MC_ERR_MEMORY, "out of memory for events");
+        sim->pending_events = p;
+        sim->pending_cap = cap;
+    }
+    sim->pending_events[sim->npending++] = r->value;
+    for (int c = 0; c < sim->nch; c++) /* queued writes it waits for must drain */
+        sim->ch[c].next_event = MINT(sim->ch[c].next_event, t);
+    return MC_OK;
+}
+
+void mc_event(const mc_sim *sim, uint32_t id, uint64_t *reached, uint64_t *fired)
+{
+    *reached = *fired = UINT64_MAX;
+    if (id >= sim->nevents) return;
+    const event *e = &sim->events[id];
+    if (e->reached < NEVER) *reached = (uint64_t)e->reached;
+    if (e->fired < NEVER) *fired = (uint64_t)e->fired;
+}
+
+uint64_t mc_event_count(const mc_sim *sim) { return sim->nevents; }
 
 /* A barrier is passed by every cursor together, once all have reached it and all work
  * before it has completed. */
@@ -214,6 +304,35 @@ static int step_cursor(mc_sim *sim, int k, const mc_record *recs, uint64_t n, ti
         case MC_BARRIER:
             if (!pass_barrier(sim, cu, t)) return MC_OK;
             break;
+        case MC_DELAY:
+        case MC_SIGNAL:
+        case MC_WAIT: {
+            if (r->requestor >= MC_NUM_REQ)
+                return mc_set_error(sim, MC_ERR_TRACE, "record %llu: unknown requestor %u",
+                                    (unsigned long long)cu->pos, (unsigned)r->requestor);
+            if (sim->cursors == 2 && r->requestor != k) break; /* the other stream's */
+            if (r->op == MC_DELAY) {
+                if (!cu->delay_until) cu->delay_until = t + (tick)r->value;
+                if (t < cu->delay_until) {
+                    cu->next = cu->delay_until;
+                    return MC_OK;
+                }
+                cu->delay_until = 0;
+            } else if (r->op == MC_SIGNAL) {
+                int rc = signal_event(sim, r, cu->pos, r->requestor, t);
+                if (rc) return rc;
+            } else {
+                event *e = get_event(sim, r->value);
+                if (!e) return mc_set_error(sim, MC_ERR_MEMORY, "out of memory for events");
+                if (e->fired >= NEVER || t < e->fired) {
+                    cu->next = e->fired < NEVER ? e->fired : NEVER; /* woken when it fires */
+                    cu->waiting = 1;
+                    return MC_OK;
+                }
+                cu->waiting = 0;
+            }
+            break;
+        }
         case MC_READ:
         case MC_WRITE: {
             if (r->requestor >= MC_NUM_REQ)

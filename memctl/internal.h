@@ -108,7 +108,17 @@ typedef struct cursor {
     uint64_t offers;           /* requests offered in that cycle */
     int blocked;               /* waiting for a queue slot */
     int barrier;               /* waiting at a barrier */
+    tick delay_until;          /* in a DELAY until then (0: not in one) */
+    int waiting;               /* at a WAIT for an event that has not fired */
 } cursor;
+
+typedef struct event {
+    uint64_t pos;              /* record index of its SIGNAL */
+    tick reached, fired;       /* NEVER until they happen */
+    tick max_done;             /* latest completion of the requests it waits for */
+    uint64_t pending;          /* of those, still outstanding */
+    int requestor, signaled;
+} event;
 
 typedef struct layer_span {
     tick start, end;
@@ -148,6 +158,12 @@ struct mc_sim {
     int fe_barrier;            /* some cursor waits at a barrier */
     int fe_last_req;           /* requestor of the last offered request (serial policy) */
     uint64_t outstanding;      /* accepted, not yet completed */
+    uint64_t outstanding_by[MC_NUM_REQ];
+    tick last_done_by[MC_NUM_REQ];
+    event *events;
+    uint64_t nevents, events_cap;
+    uint64_t *pending_events;  /* ids of signaled events not yet fired */
+    uint64_t npending, pending_cap;
     tick last_done;            /* latest completion so far */
     tick last_read_done, last_write_accept;
     /* results */
@@ -203,6 +219,6 @@ int mc_can_serve(const mc_sim *sim, const channel *c, int requestor, tick t);
 /* frontend.c */
 int mc_frontend_step(mc_sim *sim, const mc_record *recs, uint64_t n, tick t);
 tick mc_frontend_next(const mc_sim *sim, uint64_t n);
-void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick t);
+void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick done, tick t);
 
 #endif

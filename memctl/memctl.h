@@ -20,7 +20,12 @@
 #define MC_NUM_REQ 2       /* requestors: 0 host, 1 pim */
 
 /* record ops (pimrt.trace.records) */
-enum { MC_READ = 0, MC_WRITE = 1, MC_LAYER = 2, MC_PARAM = 3, MC_BARRIER = 4 };
+enum {
+    MC_READ = 0, MC_WRITE = 1, MC_LAYER = 2, MC_PARAM = 3, MC_BARRIER = 4,
+    MC_DELAY = 5,   /* the requestor's stream pauses `value` cycles (compute time) */
+    MC_SIGNAL = 6,  /* event `value` fires once the requestor's earlier requests completed */
+    MC_WAIT = 7     /* the requestor's stream waits until event `value` has fired */
+};
 enum { MC_HOST = 0, MC_PIM = 1 };
 /* PARAM ids */
 enum {
@@ -142,6 +147,9 @@ uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint
 /* decode one address into fields (channel counts pseudo-channels): for tests */
 void mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields);
 /* per-layer cycle spans: first and last cycle a request of the layer was served */
+/* event `id`: cycle its SIGNAL was reached and cycle it fired (both UINT64_MAX if not) */
+void mc_event(const mc_sim *sim, uint32_t id, uint64_t *reached, uint64_t *fired);
+uint64_t mc_event_count(const mc_sim *sim);
 uint64_t mc_layer_count(const mc_sim *sim);
 void mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
                    uint64_t *requests);

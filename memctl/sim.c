@@ -162,6 +162,8 @@ void mc_free(mc_sim *sim)
     free(sim->comp_cycle);
     free(sim->comp_issue);
     free(sim->layers);
+    free(sim->events);
+    free(sim->pending_events);
     free(sim);
 }
 
@@ -190,6 +192,15 @@ static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
             if (sim->fe_done ? all_offered(sim, n) : starved(sim, n)) return MC_OK;
         }
         tick next = recs ? mc_frontend_next(sim, n) : NEVER;
+        if (recs && next >= NEVER && sim->outstanding == 0 && !sim->npending) {
+            /* every cursor waits and no work is left that could wake one */
+            for (int k = 0; k < sim->cursors; k++)
+                if (sim->cur[k].waiting)
+                    return mc_set_error(sim, MC_ERR_TRACE,
+                                        "record %llu: WAIT for event %u, which nothing signals "
+                                        "before it", (unsigned long long)sim->cur[k].pos,
+                                        recs[sim->cur[k].pos - sim->base].value);
+        }
         for (int ci = 0; ci < sim->nch; ci++) {
             channel *c = &sim->ch[ci];
             if (c->next_event <= t) mc_channel_step(sim, c, t);

@@ -13,7 +13,8 @@ from pimrt.memctl import CommandLog, Controller, Options, default_pim_banks, loa
 from pimrt.memctl.checker import check_command_log
 from pimrt.memctl.config import decode_address
 from pimrt.trace import synthetic
-from pimrt.trace.records import BARRIER, HOST, LAYER, PARAM, PARAM_IDS, PIM, READ, RECORD_DTYPE, WRITE
+from pimrt.trace.records import (BARRIER, DELAY, HOST, LAYER, PARAM, PARAM_IDS, PIM, READ,
+                                 RECORD_DTYPE, SIGNAL, WAIT, WRITE)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 POLICIES = ("serial", "bank_partition", "authority")
@@ -220,6 +221,47 @@ def test_layer_spans_and_stats_shape():
     assert len(s["channels"]) == part.channel_count
     for key in ("bandwidth_gbs", "mean_latency", "p99_latency", "cycles_idle", "cycles_blocked"):
         assert key in host
+
+
+def _stream_marker(op, requestor, value):
+    m = np.zeros(1, RECORD_DTYPE)
+    m["op"], m["requestor"], m["value"] = op, requestor, value
+    return m
+
+
+def test_delay_signal_wait_order_the_streams():
+    """The host computes (DELAY) then writes; the PIM waits for those writes (SIGNAL/WAIT),
+    reads them, and the host waits for the PIM in turn."""
+    part = load_part("hbm2_pim")
+    host = np.zeros(64, RECORD_DTYPE)
+    host["addr"] = np.arange(64, dtype=np.uint64) * 64
+    host["op"] = WRITE
+    pim = np.zeros(16, RECORD_DTYPE)
+    pim["requestor"] = PIM
+    pim["addr"] = np.uint64(part.capacity_bytes // 2) + np.arange(16, dtype=np.uint64) * 64
+    rec = np.concatenate([_stream_marker(DELAY, HOST, 500), host, _stream_marker(SIGNAL, HOST, 0),
+                          _stream_marker(WAIT, PIM, 0), pim, _stream_marker(SIGNAL, PIM, 1),
+                          _stream_marker(WAIT, HOST, 1), host[:4]])
+    ctl, log = simulate(part, rec, "authority", 4, chunk=50)
+    ev = ctl.events()
+    comp = ctl.completion_array()
+    done = dict(zip(comp[:, 0].tolist(), comp[:, 2].tolist()))  # record -> command cycle
+    finish = dict(zip(comp[:, 0].tolist(), comp[:, 1].tolist()))  # record -> completion
+    first_host = [done[i] for i in range(1, 65)]
+    assert min(first_host) >= 500                        # after the compute delay
+    assert ev[0, 1] == max(finish[i] for i in range(1, 65))  # fires when the writes completed
+    pim_cmds = [done[i] for i in range(67, 83)]
+    assert min(pim_cmds) >= ev[0, 1]                     # the PIM waited for it
+    assert ev[1, 1] == max(finish[i] for i in range(67, 83))
+    assert min(done[i] for i in range(85, 89)) >= ev[1, 1]
+    assert check_command_log(log, part, policy="authority") == []
+
+
+def test_wait_for_an_event_nobody_signals():
+    rec = np.concatenate([np.zeros(2, RECORD_DTYPE), _stream_marker(WAIT, HOST, 5),
+                          np.zeros(1, RECORD_DTYPE)])
+    with pytest.raises(TraceError, match="record 2: WAIT for event 5"):
+        run_trace([rec], "hbm2")
 
 
 # ---- bad input -------------------------------------------------------------------------

@@ -297,6 +297,20 @@ class Controller:
             "layers": layers,
         }
 
+    def events(self) -> np.ndarray:
+        """Per event id (SIGNAL records): the cycle its SIGNAL was reached and the cycle it
+        fired, as an (n, 2) int64 array; -1 where that did not happen."""
+        n = int(lib.mc_event_count(self._sim))
+        out = np.full((n, 2), -1, dtype=np.int64)
+        reached, fired = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        for i in range(n):
+            lib.mc_event(self._sim, i, reached, fired)
+            if reached[0] != 2**64 - 1:
+                out[i, 0] = reached[0]
+            if fired[0] != 2**64 - 1:
+                out[i, 1] = fired[0]
+        return out
+
     def completion_array(self) -> np.ndarray:
         """(record index in the trace, finish cycle, column-command cycle) rows, when
         Options.keep_completions is set; the last is 2**64-1 for a read served from a queued

@@ -19,7 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from pimrt.trace import _textparse as tp
-from pimrt.trace.records import (BARRIER, LAYER, OP_NAMES, PARAM, PARAM_NAMES, RECORD_DTYPE,
+from pimrt.trace.records import (LAST_OP, BARRIER, LAYER, OP_NAMES, PARAM, PARAM_NAMES, RECORD_DTYPE,
                                  REQUESTOR_NAMES, WRITE)
 
 NAME = "npy"
@@ -85,7 +85,7 @@ def validate_chunk(chunk: np.ndarray, first: int, state: tp.ReadState,
         return tp.trace_error(state, first + int(i) + 1, field, msg, unit="record ")
 
     op = chunk["op"]
-    bad = np.flatnonzero(op > BARRIER)
+    bad = np.flatnonzero(op > LAST_OP)
     if len(bad):
         raise err(bad[0], "op", f"op code {op[bad[0]]} is not one of "
                   f"{', '.join(f'{k} {v}' for k, v in OP_NAMES.items())}")

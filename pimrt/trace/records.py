@@ -15,7 +15,13 @@ assert RECORD_DTYPE.itemsize == 24
 
 # op codes
 READ, WRITE, LAYER, PARAM, BARRIER = 0, 1, 2, 3, 4
-OP_NAMES = {READ: "READ", WRITE: "WRITE", LAYER: "LAYER", PARAM: "PARAM", BARRIER: "BARRIER"}
+# per-requestor stream markers (the record's requestor says whose stream):
+DELAY = 5    # the stream pauses `value` cycles (compute time)
+SIGNAL = 6   # event `value` fires once the stream's earlier requests have completed
+WAIT = 7     # the stream waits until event `value` has fired
+OP_NAMES = {READ: "READ", WRITE: "WRITE", LAYER: "LAYER", PARAM: "PARAM", BARRIER: "BARRIER",
+            DELAY: "DELAY", SIGNAL: "SIGNAL", WAIT: "WAIT"}
+LAST_OP = WAIT
 
 # requestors
 HOST, PIM = 0, 1

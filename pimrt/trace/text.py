@@ -21,17 +21,19 @@ from typing import Iterable
 import numpy as np
 
 from pimrt.trace import _textparse as tp
-from pimrt.trace.records import (BARRIER, HOST, LAYER, PARAM, PARAM_IDS, PARAM_NAMES, PIM,
+from pimrt.trace.records import (DELAY, OP_NAMES, SIGNAL, WAIT, BARRIER, HOST, LAYER, PARAM, PARAM_IDS, PARAM_NAMES, PIM,
                                  READ, RECORD_DTYPE, WRITE)
 
 NAME = "pimrt"
 EXTENSIONS = (".trace", ".txt", ".pimrt")
 PRIORITY = 10
-DESCRIPTION = "pimrt text: 'cycle host|pim R|W 0xADDR' lines and @layer/@param/@barrier markers"
+DESCRIPTION = ("pimrt text: 'cycle host|pim R|W 0xADDR' lines and @layer/@param/@barrier/"
+               "@delay/@signal/@wait markers")
 
 REQUESTOR_WORDS = {b"host": HOST, b"pim": PIM}
 OP_WORDS = {b"r": READ, b"read": READ, b"w": WRITE, b"write": WRITE}
-MARKERS = ("@layer", "@param", "@barrier")
+MARKERS = ("@layer", "@param", "@barrier", "@delay", "@signal", "@wait")
+_STREAM_MARKERS = {"@delay": DELAY, "@signal": SIGNAL, "@wait": WAIT}
 
 
 def sniff(tokens: list[bytes]) -> bool:
@@ -78,6 +80,20 @@ def parse_marker(toks: list[bytes], text: bytes, line: int, state: tp.ReadState)
             raise tp.trace_error(state, line, "barrier", f"@barrier takes no arguments, found "
                                  f"{tp.show(toks[1])}")
         return [(0, 0, 0, BARRIER, HOST, 0)]
+    if word in _STREAM_MARKERS:  # @delay host 120 / @signal pim 7 / @wait host 7
+        field = word[1:]
+        if len(toks) != 3:
+            raise tp.trace_error(state, line, field, f"{word} needs a requestor and a number "
+                                 f"('{word} host|pim N')")
+        req = REQUESTOR_WORDS.get(toks[1].lower())
+        if req is None:
+            raise tp.trace_error(state, line, "requestor", f"unknown requestor "
+                                 f"{tp.show(toks[1])} (host or pim)")
+        v = tp.parse_uint_token(toks[2], "auto")
+        if v is None or v >= 1 << 32:
+            raise tp.trace_error(state, line, field, f"{tp.show(toks[2])} is not an unsigned "
+                                 f"32-bit integer")
+        return [(0, 0, v, _STREAM_MARKERS[word], req, 0)]
     raise tp.trace_error(state, line, "marker", f"unknown marker {word!r}"
                          + tp.suggest(word, MARKERS) + f" (known: {', '.join(MARKERS)})")
 
@@ -193,6 +209,8 @@ def format_records(recs: np.ndarray, layer_names: list[str], where: str = "") ->
             append(f"@param {PARAM_NAMES[param]}={value}\n")
         elif op == BARRIER:
             append("@barrier\n")
+        elif op in (DELAY, SIGNAL, WAIT):
+            append(f"@{OP_NAMES[op].lower()} {_REQ_TEXT[req]} {value}\n")
         else:
             raise tp.trace_error(where, None, "op", f"unknown op code {op}")
     return "".join(out)

@@ -1,0 +1,93 @@
+"""Simulator speed and fidelity of memctl on synthetic traces, side by side in one run."""
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+
+import numpy as np
+
+HELP = ("memctl on synthetic traces (stream, random, 2:1 read/write, host+PIM) on HBM2 and "
+        "DDR4: simulated requests per second, bandwidth, latency, row hits, and cycles against "
+        "DRAMsim3 / Ramulator 2.1")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--requests", type=int, default=1_000_000, help="requests per trace")
+    p.add_argument("--only", default=None,
+                   help="comma-separated case names to run (e.g. hbm2-stream,ddr4-stream)")
+    p.add_argument("--json", type=pathlib.Path, default=None, help="write the results as JSON")
+
+
+def _cases(n: int):
+    from pimrt.trace import synthetic
+    from pimrt.memctl.example_trace import example_chunks
+    return [
+        # name, part, policy, W, trace pattern (for the reference), chunks
+        ("hbm2-stream", "hbm2", "serial", 4, "stream", lambda: synthetic.stream(n)),
+        ("hbm2-random", "hbm2", "serial", 4, "random", lambda: synthetic.random(n)),
+        ("hbm2-mix", "hbm2", "serial", 4, "mix", lambda: synthetic.mix(n)),
+        ("ddr4-stream", "ddr4", "serial", 1, "stream", lambda: synthetic.stream(n)),
+        ("ddr4-random", "ddr4", "serial", 1, "random", lambda: synthetic.random(n)),
+        ("ddr4-mix", "ddr4", "serial", 1, "mix", lambda: synthetic.mix(n)),
+        ("hbm2pim-serial", "hbm2_pim", "serial", 4, "host+pim", lambda: example_chunks(n)),
+        ("hbm2pim-partition", "hbm2_pim", "bank_partition", 4, "host+pim",
+         lambda: example_chunks(n)),
+        ("hbm2pim-authority", "hbm2_pim", "authority", 4, "host+pim", lambda: example_chunks(n)),
+    ]
+
+
+def run(args) -> int:
+    from pimrt.memctl import Controller, Options, load_part
+    from pimrt.memctl.reference import CYCLES, REQUESTS
+
+    only = set(args.only.split(",")) if args.only else None
+    rows = []
+    for name, part_name, policy, width, pattern, make in _cases(args.requests):
+        if only and name not in only:
+            continue
+        part = load_part(part_name)
+        chunks = [np.ascontiguousarray(c) for c in make()]  # generated before timing
+        ctl = Controller(part, Options(policy=policy, issue_width=width))
+        wall, cpu = time.perf_counter(), time.process_time()
+        for c in chunks:
+            ctl.feed(c)
+        ctl.finish()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        s = ctl.stats()
+        reqs = s["requests"]
+        ref = CYCLES.get((part_name, pattern, width)) if args.requests == REQUESTS else None
+        row = {
+            "case": name, "part": part.name, "policy": policy, "issue_width": width,
+            "requests": reqs, "cycles": s["cycles"],
+            "sim_requests_per_s": reqs / cpu if cpu else float("inf"),
+            "sim_requests_per_wall_s": reqs / wall if wall else float("inf"),
+            "host_bandwidth_pct_of_peak": s["host_bandwidth_pct"],
+            "host_bandwidth_gbs": s["host_bandwidth_gbs"],
+            "pim_bandwidth_gbs": s["requestors"]["pim"]["bandwidth_gbs"],
+            "host_mean_latency": s["requestors"]["host"]["mean_latency"],
+            "host_row_hit_rate": s["requestors"]["host"]["row_hit_rate"],
+            "mode_switches": s["mode_switches"],
+            "reference_cycles": ref,
+        }
+        rows.append(row)
+        _print_row(row, first=len(rows) == 1)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+def _print_row(r: dict, first: bool) -> None:
+    if first:
+        print(f"{'case':<19}{'requests':>10}{'cycles':>12}{'Mreq/s cpu':>11}{'Mreq/s wall':>12}"
+              f"{'%peak':>7}{'PIM GB/s':>9}{'lat':>7}{'hits':>7}  vs DRAMsim3 / Ramulator 2.1")
+    ref = ""
+    if r["reference_cycles"]:
+        d = r["reference_cycles"]["DRAMsim3"]
+        rm = r["reference_cycles"]["Ramulator 2.1"]
+        ref = f"{d:,} ({100 * (r['cycles'] / d - 1):+.1f}%) / {rm:,} ({100 * (r['cycles'] / rm - 1):+.1f}%)"
+    print(f"{r['case']:<19}{r['requests']:>10,}{r['cycles']:>12,}"
+          f"{r['sim_requests_per_s'] / 1e6:>11.2f}{r['sim_requests_per_wall_s'] / 1e6:>12.2f}"
+          f"{r['host_bandwidth_pct_of_peak']:>7.1f}{r['pim_bandwidth_gbs']:>9.1f}"
+          f"{r['host_mean_latency']:>7.1f}"
+          f"{r['host_row_hit_rate']:>7.3f}  {ref}", flush=True)
