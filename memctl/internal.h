@@ -172,6 +172,10 @@ struct mc_sim {
     mc_cmd *log;
     uint64_t log_len, log_cap, log_limit;
     int log_on;
+    uint64_t *mode_cycle;
+    uint32_t *mode_channel;
+    uint8_t *mode_enter;
+    uint64_t mode_len, mode_cap;
     uint64_t *comp_index, *comp_cycle, *comp_issue;
     uint64_t comp_len, comp_cap;
     layer_span *layers;

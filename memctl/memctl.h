@@ -131,6 +131,9 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
 int mc_finish(mc_sim *sim);
 
 void mc_cmdlog_enable(mc_sim *sim, uint64_t limit);
+/* mode switches (always kept): cycle, channel and 1 for PIM_ENTER / 0 for PIM_EXIT */
+uint64_t mc_modelog_take(mc_sim *sim, uint64_t *cycle, uint32_t *channel, uint8_t *enter,
+                         uint64_t max);
 uint64_t mc_cmdlog_take(mc_sim *sim, mc_cmd *out, uint64_t max);
 
 void mc_get_summary(const mc_sim *sim, mc_summary *out);

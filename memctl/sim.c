@@ -158,6 +158,9 @@ void mc_free(mc_sim *sim)
     }
     free(sim->ch);
     free(sim->log);
+    free(sim->mode_cycle);
+    free(sim->mode_channel);
+    free(sim->mode_enter);
     free(sim->comp_index);
     free(sim->comp_cycle);
     free(sim->comp_issue);

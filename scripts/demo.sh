@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# Sets everything up (scripts/bootstrap.sh) and runs pimrt's main job, writing to results/.
+# Sets everything up (scripts/bootstrap.sh) and runs pimrt's main job: one training step of a
+# CIFAR ResNet-18 (batch 32), functional on the PIM golden model and timed through memctl
+# under access-authority switching against serial host+PIM. Results in results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-mkdir -p results
-.venv/bin/python -m pimrt.memctl.example_trace results/example.trace --requests 2000000
-for policy in serial bank_partition authority; do
-  .venv/bin/pimrt memsim results/example.trace --config hbm2_pim --policy "$policy" \
-      --stats "results/memsim-$policy.json"
-done
+.venv/bin/pimrt run --model resnet18 --batch 32 --input 32 --policy authority --groups 4 \
+    --functional golden --out results/resnet18

@@ -162,6 +162,7 @@ class Controller:
             lib.mc_cmdlog_enable(self._sim, cmdlog_chunk)
             self._cmdbuf = np.empty(cmdlog_chunk + 64, dtype=CMD_DTYPE)
         self.completions: list[np.ndarray] = []
+        self.mode_log: list[np.ndarray] = []
         self.finished = False
         self._leftover = np.zeros(0, dtype=RECORD_DTYPE)
 
@@ -180,6 +181,16 @@ class Controller:
                 if not n:
                     break
                 self.cmdlog.write(buf[:n])
+        cyc, chan, ent = (np.empty(1 << 14, dtype=d) for d in (np.uint64, np.uint32, np.uint8))
+        pc, ph, pe = ffi.cast("uint64_t *", ffi.from_buffer(cyc)), \
+            ffi.cast("uint32_t *", ffi.from_buffer(chan)), ffi.cast("uint8_t *", ffi.from_buffer(ent))
+        while True:
+            n = lib.mc_modelog_take(self._sim, pc, ph, pe, len(cyc))
+            if not n:
+                break
+            rec = np.zeros(n, dtype=[("cycle", "<u8"), ("channel", "<u4"), ("enter", "u1")])
+            rec["cycle"], rec["channel"], rec["enter"] = cyc[:n], chan[:n], ent[:n]
+            self.mode_log.append(rec)
         if self.options.keep_completions:
             idx, cyc, iss = (np.empty(1 << 16, dtype=np.uint64) for _ in range(3))
             pi, pc, ps = (ffi.cast("uint64_t *", ffi.from_buffer(a)) for a in (idx, cyc, iss))
@@ -296,6 +307,12 @@ class Controller:
             "channels": per_channel,
             "layers": layers,
         }
+
+    def mode_switches(self) -> np.ndarray:
+        """Every PIM_ENTER / PIM_EXIT: structured array (cycle, channel, enter)."""
+        if not self.mode_log:
+            return np.zeros(0, dtype=[("cycle", "<u8"), ("channel", "<u4"), ("enter", "u1")])
+        return np.concatenate(self.mode_log)
 
     def events(self) -> np.ndarray:
         """Per event id (SIGNAL records): the cycle its SIGNAL was reached and the cycle it

@@ -1,0 +1,54 @@
+// pim_defs.vh: constants shared by the PIM unit RTL (opcodes, operand kinds, error codes).
+// The same table lives in pimrt/pim/isa.py; tests check that the two agree.
+`ifndef PIM_DEFS_VH
+`define PIM_DEFS_VH
+
+// Lane operations (the `op` input of pim_lane).
+`define LOP_MOV    4'd0
+`define LOP_ADD    4'd1
+`define LOP_SUB    4'd2
+`define LOP_MUL    4'd3
+`define LOP_MAD    4'd4
+`define LOP_MAX    4'd5
+`define LOP_MIN    4'd6
+`define LOP_CMPGT  4'd7
+`define LOP_CMPGE  4'd8
+`define LOP_CMPEQ  4'd9
+`define LOP_SEL    4'd10
+
+// Instruction opcodes (bits [31:27] of a command word).
+`define OP_NOP    5'd0
+`define OP_EXIT   5'd1
+`define OP_JMP    5'd2
+`define OP_LOOP   5'd3
+`define OP_ADDP   5'd4
+`define OP_MOV    5'd8
+`define OP_ADD    5'd9
+`define OP_SUB    5'd10
+`define OP_MUL    5'd11
+`define OP_MAD    5'd12
+`define OP_MAX    5'd13
+`define OP_MIN    5'd14
+`define OP_CMPGT  5'd15
+`define OP_CMPGE  5'd16
+`define OP_CMPEQ  5'd17
+`define OP_SEL    5'd18
+
+// Operand kinds (bits [5:4] of a 6-bit operand field).
+`define K_GRF  2'd0
+`define K_SRF  2'd1
+`define K_BANK 2'd2
+`define K_ACC  2'd3
+
+// Error codes (err_code output).
+`define E_NONE     3'd0
+`define E_OPCODE   3'd1
+`define E_REG      3'd2
+`define E_OPERAND  3'd3
+`define E_ADDR     3'd4
+`define E_PC       3'd5
+
+// The canonical quiet NaN every arithmetic NaN result is replaced by.
+`define QNAN 32'h7FC00000
+
+`endif

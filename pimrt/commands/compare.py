@@ -1,0 +1,81 @@
+"""`pimrt compare`: several models under several policies; a table of step times and speedups
+over serial. Each finished run is written at once, so an interrupted comparison keeps them."""
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("compare", help="time several CNNs under several policies")
+    p.add_argument("--models", default="resnet18,resnet50,vgg16,densenet121,mobilenetv2")
+    p.add_argument("--policies", default="serial,bank_partition,authority")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--input", type=int, default=224)
+    p.add_argument("--groups", type=int, default=4)
+    p.add_argument("--part", default="hbm2_pim")
+    p.add_argument("--host-part", default="v100")
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/compare"))
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pimrt.errors import ConfigError
+    from pimrt.memctl import POLICIES
+    from pimrt.runtime import report, session
+
+    models = [m for m in args.models.split(",") if m]
+    policies = [p for p in args.policies.split(",") if p]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad:
+        raise ConfigError(f"unknown policies {bad}; choose from {', '.join(POLICIES)}")
+    graphs = {m: session.captured(m, args.batch, args.input) for m in models}
+    for m, g in graphs.items():  # every check before the first long run
+        session.preflight(g, args.part, args.groups)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / "compare.json"
+    results: list[dict] = []
+    try:
+        for m, g in graphs.items():
+            serial = None
+            for policy in ["serial"] + [p for p in policies if p != "serial"]:
+                r = session.timed(g, policy, args.groups if policy != "serial" else 1, args.part,
+                                  args.host_part, args.quiet, f"{m} {policy}")
+                if policy == "serial":
+                    serial = r
+                    if "serial" not in policies:
+                        continue
+                meta = {"model": m, "batch": args.batch, "input": args.input, "part": args.part}
+                s = report.write_all(r, serial, meta, args.out / m / policy)
+                results.append(s)
+                results_path.write_text(json.dumps(results, indent=2))
+                print(_row(s, first=len(results) == 1), flush=True)
+    except KeyboardInterrupt:
+        print(f"interrupted: {len(results)} finished runs kept in {results_path}", file=sys.stderr)
+        print(_table(results))
+        return 130
+    print()
+    print(_table(results))
+    return 0
+
+
+def _row(s: dict, first: bool) -> str:
+    head = f"{'model':<14}{'policy':<16}{'step ms':>10}{'serial ms':>11}{'speedup':>9}{'switches':>10}\n" \
+        if first else ""
+    return head + (f"{s['model']:<14}{s['policy']:<16}{s['step_ms']:>10.3f}{s['serial_step_ms']:>11.3f}"
+                   f"{s['speedup_vs_serial']:>9.3f}{s['mode_switches']:>10}")
+
+
+def _table(results: list[dict]) -> str:
+    if not results:
+        return "no finished runs"
+    lines = [_row(results[0], True).split("\n")[0]]
+    lines += [_row(s, False) for s in results]
+    by = {}
+    for s in results:
+        by.setdefault(s["policy"], []).append(s["speedup_vs_serial"])
+    for policy, v in by.items():
+        lines.append(f"{'mean':<14}{policy:<16}{'':>10}{'':>11}{sum(v) / len(v):>9.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""Compressors by name, validated before any training starts.
+
+    spec = get("gradsa")                       # unknown name -> GradSAError listing valid ones
+    opts = CompressorOptions(density=0.001)    # impossible ratio/density -> GradSAError
+    state, hook = build("gradsa", model, process_group, opts.validate())
+    ddp.register_comm_hook(state, hook)
+`spec.single_bucket`: torch's PowerSGD hook issues its second all-reduce from a future
+callback; with several buckets, ranks can then issue collectives in different orders and gloo
+aborts on the size mismatch, so the trainer gives DDP one bucket for it. pimrt's own hooks issue
+every collective from the hook call itself, in bucket order, and need no such care.
+`spec.momentum_in_hook` tells the trainer to build its optimizer without momentum and weight
+decay (GradSA and DGC apply both inside the hook, as momentum correction requires).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pimrt.gradsa import baselines as bl
+from pimrt.gradsa.encoding import INDEX_CODECS, VALUE_CODECS
+from pimrt.gradsa.errors import GradSAError
+from pimrt.gradsa.hook import GradSAFormat, GradSAState, SparseConfig, gradsa_hook
+
+
+@dataclass
+class CompressorOptions:
+    density: float | None = None       # final density; or give ratio (density = 1/ratio)
+    ratio: float | None = None
+    warmup_steps: int = 20
+    warmup_start_density: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    clip_norm: float = 0.0
+    value_codec: str = "int8"
+    index_codec: str = "auto"
+    stale_age: int = 0
+    stale_decay: float = 1.0
+    powersgd_rank: int = 4
+    powersgd_start: int = 2
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def final_density(self) -> float:
+        if self.density is not None and self.ratio is not None:
+            raise GradSAError("give either a density or a ratio, not both")
+        if self.ratio is not None:
+            if not self.ratio >= 1.0:
+                raise GradSAError(f"impossible compression ratio {self.ratio}: it must be >= 1")
+            return 1.0 / self.ratio
+        d = 0.001 if self.density is None else self.density
+        if not 0.0 < d <= 1.0:
+            raise GradSAError(f"impossible density {d}: it must be in (0, 1]")
+        return d
+
+    def validate(self) -> "CompressorOptions":
+        self.sparse_config()
+        if self.value_codec not in VALUE_CODECS:
+            raise GradSAError(f"unknown value codec {self.value_codec!r}; valid: {', '.join(VALUE_CODECS)}")
+        if self.index_codec not in ("auto",) + INDEX_CODECS:
+            raise GradSAError(f"unknown index codec {self.index_codec!r}; valid: auto, {', '.join(INDEX_CODECS)}")
+        if self.powersgd_rank < 1:
+            raise GradSAError(f"PowerSGD rank must be >= 1, got {self.powersgd_rank}")
+        return self
+
+    def sparse_config(self) -> SparseConfig:
+        d = self.final_density()
+        return SparseConfig(density=d, warmup_steps=self.warmup_steps,
+                            warmup_start_density=max(d, self.warmup_start_density), momentum=self.momentum,
+                            weight_decay=self.weight_decay, clip_norm=self.clip_norm,
+                            stale_age=self.stale_age, stale_decay=self.stale_decay, seed=self.seed).validate()
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    summary: str
+    build: Callable
+    momentum_in_hook: bool = False
+    single_bucket: bool = False   # register with one DDP bucket (see PowerSGD below)
+
+
+def _gradsa(model, group, o):
+    return GradSAState(model, group, o.sparse_config(), GradSAFormat(o.value_codec, o.index_codec)), gradsa_hook
+
+
+def _dgc(bits):
+    def build(model, group, o):
+        return GradSAState(model, group, o.sparse_config(), bl.DGCFormat(bits)), gradsa_hook
+    return build
+
+
+def _simple(hook):
+    def build(model, group, o):
+        return bl.BaselineState(group, o.seed), hook
+    return build
+
+
+COMPRESSORS: dict[str, Spec] = {s.name: s for s in [
+    Spec("gradsa", "layer-wise sparse, momentum-corrected, compactly encoded (pimrt)", _gradsa, True),
+    Spec("dense", "fp32 all-reduce (reference)", _simple(bl.dense_hook)),
+    Spec("fp16", "fp16 all-reduce", _simple(bl.fp16_hook)),
+    Spec("int8", "8-bit quantization, per-layer scale", _simple(bl.int8_hook)),
+    Spec("terngrad", "TernGrad, 2-bit packed", _simple(bl.terngrad_hook)),
+    Spec("dgc", "DGC as public code sends it: fp32 values + int32 indices", _dgc(32), True),
+    Spec("dgc-int64", "DGC with int64 indices (torch.nonzero's dtype)", _dgc(64), True),
+    Spec("powersgd", "torch's PowerSGD hook (low rank, error feedback)",
+         lambda m, g, o: (bl.PowerSGDWrapState(g, o.powersgd_rank, o.powersgd_start, o.seed), bl.powersgd_hook),
+         single_bucket=True),
+]}
+
+
+def get(name: str) -> Spec:
+    try:
+        return COMPRESSORS[name]
+    except KeyError:
+        raise GradSAError(f"unknown compressor {name!r}; valid: {', '.join(COMPRESSORS)}") from None
+
+
+def build(name: str, model, process_group=None, options: CompressorOptions | None = None):
+    """(state, hook) for DDP's register_comm_hook; `model` is the module DDP wraps."""
+    spec = get(name)
+    return spec.build(model, process_group, (options or CompressorOptions()).validate())

@@ -1,0 +1,146 @@
+"""Batch driver: the Verilated pim_top in C++ (native/pim_driver.cpp), called through cffi.
+
+One Python call runs a whole program (pim_run clocks the model in C++ until EXIT), and bank
+data move as whole buffers. Bank data go through a backdoor copy into the model's bank array
+by default (`via_port=False`); `via_port=True` clocks every column through the host port
+instead, as a real host access would (one column per cycle).
+
+The build: Verilator generates the C++ model (-O3 --x-assign fast --x-initial fast
+--noassert), make compiles it with -O2 into an archive, and cffi (API mode) compiles the
+driver against it into an extension module, all under the build cache (pimrt.pim.build).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from pimrt.pim import build, isa
+from pimrt.pim.backend import Backend, DEFAULT_COLS, DEFAULT_ROWS
+from pimrt.pim.errors import PimBuildError
+
+VFLAGS = ["--cc", "-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert",
+          "--unroll-stmts", "100000",
+          "-CFLAGS", "-fPIC"]
+OPT = ["OPT_FAST=-O2", "OPT_SLOW=-O1", "OPT_GLOBAL=-O2"]
+CDEF = """
+void *pim_new(void);
+void pim_free(void *h);
+uint32_t pim_lanes(void *h);
+uint32_t pim_depth(void *h);
+void pim_cfg(void *h, int sel, int idx, uint32_t value);
+void pim_bank_write(void *h, uint32_t col, const uint32_t *data, uint32_t ncols, int via_port);
+void pim_bank_read(void *h, uint32_t col, uint32_t *data, uint32_t ncols, int via_port);
+int pim_run(void *h, uint64_t max_cycles, uint64_t *cycles, uint32_t *pc);
+uint64_t pim_clock_count(void *h);
+"""
+_loaded: dict[str, object] = {}
+
+
+def _safe_clock() -> list[str]:
+    """PIMRT_PIM_SAFE_CLOCK=1: evaluate the falling clock edge too (see pim_driver.cpp)."""
+    return ["-DPIM_SAFE_CLOCK"] if os.environ.get("PIMRT_PIM_SAFE_CLOCK") == "1" else []
+
+
+def _native_sources() -> list[Path]:
+    files = sorted(build.NATIVE_DIR.glob("pim_driver*"))
+    if not files:
+        raise PimBuildError(f"missing the batch driver source {build.NATIVE_DIR}/pim_driver.cpp")
+    return files
+
+
+def build_driver(lanes: int, rows: int, cols: int):
+    """Build (or reuse from the cache) the driver for these parameters; return its lib, ffi."""
+    vl = build.verilator()
+    params = [f"-GLANES={lanes}", f"-GROWS={rows}", f"-GCOLS={cols}"]
+    flags = VFLAGS + params + OPT + _safe_clock() + ["cffi-api", sys.version.split()[0]]
+    key = build.build_key("drv", build.hw_sources() + _native_sources(), flags)
+    if key in _loaded:
+        return _loaded[key]
+    out = build.cache_root() / key
+    modname = "_pim_driver_" + key.split("-")[1]
+    with build.locked(out):
+        so = next(out.glob(f"{modname}*.so"), None) if out.exists() else None
+        if so is None:
+            tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            obj = tmp / "obj"
+            obj.mkdir(parents=True)
+            build.run([vl, *VFLAGS, *params, f"-I{build.HW_DIR}", "--top-module", "pim_top",
+                       "-Mdir", str(obj), str(build.HW_DIR / "pim_top.v")])
+            build.run(["make", "-C", str(obj), "-f", "Vpim_top.mk", f"-j{build.jobs()}", *OPT,
+                       "Vpim_top__ALL.a", "verilated.o", "verilated_threads.o"])
+            _compile_cffi(tmp, obj, modname)
+            tmp.rename(out)
+            so = next(out.glob(f"{modname}*.so"))
+    spec = importlib.util.spec_from_file_location(modname, so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _loaded[key] = (mod.lib, mod.ffi)
+    return _loaded[key]
+
+
+def _compile_cffi(tmp: Path, obj: Path, modname: str) -> None:
+    try:
+        import cffi
+    except ImportError as exc:
+        raise PimBuildError("cffi is not installed: pip install cffi") from exc
+    inc = build.verilator_include()
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    ffi.set_source(
+        modname, '#include "pim_driver.h"',
+        sources=[str(build.NATIVE_DIR / "pim_driver.cpp")], source_extension=".cpp",
+        include_dirs=[str(build.NATIVE_DIR), str(obj), str(inc), str(inc / "vltstd")],
+        extra_objects=[str(obj / "Vpim_top__ALL.a"), str(obj / "verilated.o"),
+                       str(obj / "verilated_threads.o")],
+        extra_compile_args=["-O2", "-std=c++17", "-faligned-new", "-DVM_TRACE=0",
+                            "-Wno-unused-parameter", *_safe_clock()],
+        libraries=["pthread"],
+    )
+    try:
+        ffi.compile(tmpdir=str(tmp), verbose=False)
+    except Exception as exc:
+        raise PimBuildError(f"compiling the batch driver failed: {exc}") from exc
+
+
+class PimDriver(Backend):
+    """pim_top in C++, whole programs per call. via_port: bank data through the host port."""
+
+    name = "driver"
+
+    def __init__(self, rows: int = DEFAULT_ROWS, cols: int = DEFAULT_COLS,
+                 lanes: int = isa.LANES, via_port: bool = False):
+        super().__init__(rows, cols, lanes)
+        self.lib, self.ffi = build_driver(lanes, rows, cols)
+        self.via_port = via_port
+        self.h = self.ffi.gc(self.lib.pim_new(), self.lib.pim_free)
+        assert self.lib.pim_depth(self.h) == self.depth
+
+    @property
+    def clock_count(self) -> int:
+        return int(self.lib.pim_clock_count(self.h))
+
+    def _set_cfg(self, sel, idx, value):
+        self.lib.pim_cfg(self.h, sel, idx, value)
+
+    def _write_bank(self, col, data):
+        data = np.ascontiguousarray(data, dtype=np.uint32)
+        self.lib.pim_bank_write(self.h, col, self.ffi.from_buffer("uint32_t[]", data),
+                                len(data), int(self.via_port))
+
+    def _read_bank(self, col, n):
+        out = np.empty((n, self.lanes), np.uint32)
+        self.lib.pim_bank_read(self.h, col, self.ffi.from_buffer("uint32_t[]", out), n,
+                               int(self.via_port))
+        return out
+
+    def _run(self, max_cycles):
+        cycles = self.ffi.new("uint64_t *")
+        pc = self.ffi.new("uint32_t *")
+        code = self.lib.pim_run(self.h, max_cycles, cycles, pc)
+        return int(cycles[0]), int(code), int(pc[0])

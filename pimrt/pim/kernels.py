@@ -1,0 +1,372 @@
+"""Micro-programs for the non-CONV work of training, and host-side wrappers that run them over
+numpy buffers on any backend (golden model, pyverilator RTL, batch driver).
+
+Stream kernels walk one or more equal-length streams of fp32 values, one bank region per
+stream, one column (LANES values) per step; the loop body is unrolled to fill the command
+register file. Buffers are padded with zeros to whole unrolled steps and split into chunks
+that fit the bank. Pooling kernels walk a channels-last (NHWC, C padded to a multiple of
+LANES) image with nested loops. Per-channel scalar work (mean, 1/sqrt(var+eps), the
+constants of the backward formula) and the final sum of the LANES partial sums of a
+reduction are done on the host, in float64.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pimrt.pim import isa
+from pimrt.pim.asm import Program, assemble
+from pimrt.pim.backend import Backend
+from pimrt.pim.errors import PimCapacityError, PimError
+
+
+@dataclass(frozen=True)
+class StreamKernel:
+    name: str
+    inputs: tuple[str, ...]          # streams read
+    outputs: tuple[str, ...]         # streams written (may name inputs: updated in place)
+    body: tuple[str, ...]            # one column step; {stream} stands for its pointer
+    scalars: tuple[str, ...] = ()    # S0, S1, ... in this order
+    acc: int = 0                     # accumulators A0.. zeroed first and stored at the end
+    doc: str = ""
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return self.inputs + tuple(o for o in self.outputs if o not in self.inputs)
+
+    def unroll(self) -> int:
+        free = isa.CRF_DEPTH - 2 - 2 * self.acc      # LOOP, EXIT, zeroing and storing ACCs
+        return max(1, min(16, free // len(self.body)))
+
+    def program(self) -> Program:
+        ptr = {s: f"p{i}" for i, s in enumerate(self.streams)}
+        ptr["acc"] = f"p{len(self.streams)}"
+        zero = f"S{len(self.scalars)}"                # a scalar the wrapper sets to 0.0
+        lines = [f"MOV A{i}, {zero}" for i in range(self.acc)]
+        lines.append("top:")
+        lines += [line.format(**ptr) for line in self.body] * self.unroll()
+        lines.append("LOOP c0, top")
+        lines += [f"MOV B[{ptr['acc']}+], A{i}" for i in range(self.acc)]
+        lines.append("EXIT")
+        return assemble("\n".join(lines))
+
+
+STREAM_KERNELS = {k.name: k for k in [
+    StreamKernel("relu_fwd", ("x",), ("y", "mask"),
+                 ("MAX B[{y}+], B[{x}], S0", "CMPGT B[{mask}+], B[{x}+], S0"), ("zero",),
+                 doc="y = max(x, +0); mask = x > 0 (all-ones / zero lanes)"),
+    StreamKernel("relu_bwd", ("mask", "dy"), ("dx",),
+                 ("MOV G0, B[{mask}+]", "SEL B[{dx}+], B[{dy}+], S0, G0"), ("zero",),
+                 doc="dx = mask ? dy : 0"),
+    StreamKernel("residual_add", ("a", "b"), ("y",),
+                 ("MOV G0, B[{a}+]", "ADD B[{y}+], G0, B[{b}+]"),
+                 doc="y = a + b"),
+    StreamKernel("bn_stats", ("x",), (),
+                 ("MOV G0, B[{x}+]", "ADD A0, A0, G0", "MAD A1, G0, G0, A1"), acc=2,
+                 doc="A0 += x; A1 += x*x (per lane; the host adds the lanes)"),
+    StreamKernel("bn_apply", ("x",), ("y",),
+                 ("MAD B[{y}+], B[{x}+], S0, S1",), ("scale", "shift"),
+                 doc="y = x*scale + shift (scale = gamma/sqrt(var+eps), shift = beta - mean*scale)"),
+    StreamKernel("bn_bwd_stats", ("x", "dy"), (),
+                 ("MOV G1, B[{dy}+]", "ADD A0, A0, G1", "SUB G0, B[{x}+], S0",
+                  "MUL G0, G0, S1", "MAD A1, G0, G1, A1"), ("mean", "invstd"), acc=2,
+                 doc="A0 += dy; A1 += dy * (x - mean) * invstd"),
+    StreamKernel("bn_bwd_apply", ("x", "dy"), ("dx",),
+                 ("SUB G0, B[{x}+], S0", "MUL G0, G0, S1", "ADD G0, G0, S2",
+                  "MAD B[{dx}+], B[{dy}+], S3, G0"), ("mean", "c1", "c0", "k"),
+                 doc="dx = dy*k + ((x - mean)*c1 + c0)"),
+    StreamKernel("sgd", ("w", "g", "v"), ("w", "v"),
+                 ("MOV G0, B[{w}]", "MAD G1, G0, S0, B[{g}+]", "MAD G2, B[{v}], S1, G1",
+                  "MOV B[{v}+], G2", "MAD B[{w}+], G2, S2, G0"),
+                 ("weight_decay", "momentum", "neg_lr"),
+                 doc="g' = w*wd + g; v = v*momentum + g'; w = v*(-lr) + w"),
+]}
+
+
+@dataclass
+class StreamResult:
+    outputs: dict[str, np.ndarray]
+    acc: np.ndarray | None           # (accumulators, LANES) float64 partial sums, chunks added
+    cycles: int = 0
+    elements: int = 0
+    chunks: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def _f32(a) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(a, dtype=np.float32).ravel())
+
+
+def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
+               scalars: dict[str, float] | None = None, max_cycles: int | None = None) -> StreamResult:
+    """Run stream kernel `name` over 1-D arrays (one per input stream) on `backend`."""
+    k = STREAM_KERNELS[name]
+    scalars = scalars or {}
+    missing = [s for s in k.inputs if s not in arrays] + [s for s in k.scalars if s not in scalars and s != "zero"]
+    if missing:
+        raise PimError(f"kernel {name}: missing {', '.join(missing)}")
+    data = {s: _f32(arrays[s]) for s in k.inputs}
+    n = len(next(iter(data.values())))
+    if any(len(v) != n for v in data.values()):
+        raise PimError(f"kernel {name}: streams differ in length: "
+                       + ", ".join(f"{s}={len(v)}" for s, v in data.items()))
+    L, u = backend.lanes, k.unroll()
+    streams = k.streams
+    chunk = (backend.depth - k.acc) // len(streams) // u * u
+    if chunk < u:
+        raise PimCapacityError(f"kernel {name}: the bank of {backend.depth} columns cannot hold "
+                               f"{len(streams)} streams of {u} columns")
+    prog = k.program()
+    backend.load_program(prog)
+    sv = [scalars.get(s, 0.0) for s in k.scalars] + [0.0]
+    backend.set_scalars(np.asarray(sv, dtype=np.float32))
+    cols_total = -(-n // L)
+    outs = {s: np.empty(cols_total * L, np.float32) for s in k.outputs}
+    acc = np.zeros((k.acc, L), np.float64) if k.acc else None
+    res = StreamResult(outs, acc)
+    acc_base = len(streams) * chunk
+    for c0 in range(0, max(cols_total, 1), chunk):
+        cols = min(chunk, cols_total - c0)
+        steps = -(-cols // u)
+        padded = steps * u
+        for i, s in enumerate(streams):
+            if s in data:
+                seg = data[s][c0 * L:(c0 + cols) * L]
+                if seg.size != padded * L:       # the last chunk: pad with zeros
+                    buf = np.zeros(padded * L, np.float32)
+                    buf[:seg.size] = seg
+                    seg = buf
+                backend.write_bank(i * chunk, seg.view(np.uint32).reshape(padded, L))
+        backend.set_pointers([i * chunk for i in range(len(streams))] + ([acc_base] if k.acc else []))
+        backend.set_counts([steps])
+        cyc = backend.run(**({"max_cycles": max_cycles} if max_cycles else {}))
+        res.cycles += cyc
+        res.chunks += 1
+        for i, s in enumerate(streams):
+            if s in outs:
+                got = backend.read_bank(i * chunk, cols).view(np.float32).ravel()
+                outs[s][c0 * L:(c0 + cols) * L] = got
+        if k.acc:
+            res.acc += backend.read_bank(acc_base, k.acc).view(np.float32).astype(np.float64)
+    res.elements = n
+    for s in outs:
+        outs[s] = outs[s][:n]
+    backend.record(name, res.cycles, n)
+    return res
+
+
+# ---- element-wise wrappers ----------------------------------------------------------------
+
+def relu_forward(backend: Backend, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """-> (y, mask as bool), shaped like x."""
+    r = run_stream(backend, "relu_fwd", {"x": x})
+    shape = np.shape(x)
+    return r.outputs["y"].reshape(shape), (r.outputs["mask"].view(np.uint32) != 0).reshape(shape)
+
+
+def relu_backward(backend: Backend, mask: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    m = np.where(np.asarray(mask, bool), np.uint32(0xFFFFFFFF), np.uint32(0)).view(np.float32)
+    r = run_stream(backend, "relu_bwd", {"mask": m, "dy": dy})
+    return r.outputs["dx"].reshape(np.shape(dy))
+
+
+def residual_add(backend: Backend, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return run_stream(backend, "residual_add", {"a": a, "b": b}).outputs["y"].reshape(np.shape(a))
+
+
+def sgd_update(backend: Backend, w, g, v, lr: float, momentum: float = 0.9,
+               weight_decay: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """torch.optim.SGD's step (dampening 0, no Nesterov) with an existing momentum buffer v:
+    g' = g + wd*w; v = momentum*v + g'; w = w - lr*v, each operation rounded to float32.
+    For the first step pass v = g + wd*w and momentum = 0 to match torch's buffer init."""
+    r = run_stream(backend, "sgd", {"w": w, "g": g, "v": v},
+                   {"weight_decay": weight_decay, "momentum": momentum, "neg_lr": -lr})
+    shape = np.shape(w)
+    return r.outputs["w"].reshape(shape), r.outputs["v"].reshape(shape)
+
+
+# ---- batch norm (training) -----------------------------------------------------------------
+
+def _channels(x: np.ndarray):
+    x = np.asarray(x, np.float32)
+    if x.ndim < 2:
+        raise PimError(f"batch norm wants (N, C, ...) input, got shape {x.shape}")
+    return x, x.shape[1]
+
+
+def batchnorm_forward(backend: Backend, x, gamma, beta, eps: float = 1e-5):
+    """Training-mode batch norm over (N, C, ...): -> (y, mean, invstd), batch statistics.
+    Statistics: per-lane sums of x and x*x in the unit, lanes and chunks added and
+    var = E[x^2] - mean^2 (biased) on the host in float64; y = x*scale + shift in the unit."""
+    x, C = _channels(x)
+    y = np.empty_like(x)
+    mean = np.empty(C, np.float64)
+    invstd = np.empty(C, np.float64)
+    for c in range(C):
+        xc = x[:, c].ravel()
+        n = xc.size
+        acc = run_stream(backend, "bn_stats", {"x": xc}).acc.sum(axis=1)
+        m = acc[0] / n
+        var = max(acc[1] / n - m * m, 0.0)
+        inv = 1.0 / math.sqrt(var + eps)
+        scale = float(gamma[c]) * inv
+        shift = float(beta[c]) - m * scale
+        r = run_stream(backend, "bn_apply", {"x": xc}, {"scale": scale, "shift": shift})
+        y[:, c] = r.outputs["y"].reshape(y[:, c].shape)
+        mean[c], invstd[c] = m, inv
+    return y, mean.astype(np.float32), invstd.astype(np.float32)
+
+
+def batchnorm_backward(backend: Backend, x, dy, gamma, mean, invstd):
+    """Training-mode batch norm backward: -> (dx, dgamma, dbeta).
+    Sums of dy and dy*xhat in the unit (per lane), then dx = k*dy + c1*(x - mean) + c0 with
+    k = gamma*invstd, c1 = -k*invstd*sum(dy*xhat)/n, c0 = -k*sum(dy)/n."""
+    x, C = _channels(x)
+    dy = np.asarray(dy, np.float32)
+    dx = np.empty_like(x)
+    dgamma = np.empty(C, np.float64)
+    dbeta = np.empty(C, np.float64)
+    for c in range(C):
+        xc, dyc = x[:, c].ravel(), dy[:, c].ravel()
+        n = xc.size
+        s = run_stream(backend, "bn_bwd_stats", {"x": xc, "dy": dyc},
+                       {"mean": float(mean[c]), "invstd": float(invstd[c])}).acc.sum(axis=1)
+        k = float(gamma[c]) * float(invstd[c])
+        c1 = -k * float(invstd[c]) * s[1] / n
+        c0 = -k * s[0] / n
+        r = run_stream(backend, "bn_bwd_apply", {"x": xc, "dy": dyc},
+                       {"mean": float(mean[c]), "c1": c1, "c0": c0, "k": k})
+        dx[:, c] = r.outputs["dx"].reshape(dx[:, c].shape)
+        dbeta[c], dgamma[c] = s[0], s[1]
+    return dx, dgamma.astype(np.float32), dbeta.astype(np.float32)
+
+
+# ---- pooling (2x2, stride 2, channels-last) -----------------------------------------------
+
+POOL_KERNELS = ("avgpool2_fwd", "avgpool2_bwd", "maxpool2_fwd")
+HOST_KERNELS = {
+    "maxpool2_bwd": "routes dy to the first maximum of each window (torch's tie rule); that "
+                    "needs a running 'taken' mask per window and 4 input, 4 output, y and dy "
+                    "streams: more bank pointers (8) than the unit has, so it runs on the host",
+    "pool_other": "windows other than 2x2/stride 2 (3x3 max pool, global average pool) need "
+                  "more pointers or cross-lane sums; they run on the host",
+}
+
+
+def pool_program(name: str, W: int, cb: int) -> Program:
+    """2x2/stride-2 pooling over a channels-last image W wide with cb columns per pixel.
+    p0..p3: the window's four pixels (row-major), p4: the pooled (or gradient) stream."""
+    if name == "avgpool2_fwd":
+        body = ["MOV G0, B[p0+]", "ADD G0, G0, B[p1+]", "ADD G0, G0, B[p2+]",
+                "ADD G0, G0, B[p3+]", "MUL B[p4+], G0, S0"]
+    elif name == "maxpool2_fwd":
+        body = ["MOV G0, B[p0+]", "MAX G0, G0, B[p1+]", "MAX G0, G0, B[p2+]",
+                "MAX B[p4+], G0, B[p3+]"]
+    elif name == "avgpool2_bwd":
+        body = ["MUL G0, B[p4+], S0", "MOV B[p0+], G0", "MOV B[p1+], G0", "MOV B[p2+], G0",
+                "MOV B[p3+], G0"]
+    else:
+        raise PimError(f"unknown pooling kernel {name!r}")
+    text = ["top:", *body, "LOOP c0, top", f"ADDP p0 p1 p2 p3, {cb}", "LOOP c1, top",
+            f"ADDP p0 p1 p2 p3, {W * cb}", "LOOP c2, top", "EXIT"]
+    return assemble("\n".join(text))
+
+
+def _to_nhwc(x: np.ndarray, L: int) -> tuple[np.ndarray, int]:
+    N, C, H, W = x.shape
+    cp = -(-C // L) * L
+    out = np.zeros((N, H, W, cp), np.float32)
+    out[..., :C] = x.transpose(0, 2, 3, 1)
+    return out, cp // L
+
+
+def _pool(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W: int, C: int):
+    """src: NHWC-padded input of the kernel (x for forward, dy for backward)."""
+    L = backend.lanes
+    cb = -(-C // L)
+    Ho, Wo = H // 2, W // 2
+    big, small = H * W * cb, Ho * Wo * cb
+    per_image = big + small
+    if per_image > backend.depth:
+        raise PimCapacityError(f"{name}: one image needs {per_image} columns ({H}x{W}, {C} "
+                               f"channels); the bank has {backend.depth}")
+    if W * cb > 0x7FFF:
+        raise PimCapacityError(f"{name}: row stride {W * cb} columns does not fit ADDP's step")
+    backend.load_program(pool_program(name, W, cb))
+    backend.set_scalars(np.asarray([0.25], np.float32))
+    fwd = name.endswith("fwd")
+    out = np.zeros((N, Ho, Wo, cb * L) if fwd else (N, H, W, cb * L), np.float32)
+    per_chunk = backend.depth // per_image
+    cycles = 0
+    for n0 in range(0, N, per_chunk):
+        nb = min(per_chunk, N - n0)
+        big_base, small_base = 0, nb * big
+        data = src[n0:n0 + nb].reshape(-1, L).view(np.uint32)
+        backend.write_bank(big_base if fwd else small_base, data)
+        backend.set_pointers([big_base, big_base + cb, big_base + W * cb,
+                              big_base + W * cb + cb, small_base])
+        backend.set_counts([cb, Wo, nb * Ho])
+        cycles += backend.run()
+        got = backend.read_bank(small_base if fwd else big_base, nb * (small if fwd else big))
+        out[n0:n0 + nb] = got.view(np.float32).reshape(out[n0:n0 + nb].shape)
+    elements = N * (Ho * Wo if fwd else H * W) * C
+    backend.record(name, cycles, elements)
+    return out
+
+
+def _pool_input(x, what: str):
+    x = np.asarray(x, np.float32)
+    if x.ndim != 4:
+        raise PimError(f"{what} wants NCHW input, got shape {x.shape}")
+    N, C, H, W = x.shape
+    return x[:, :, :H // 2 * 2, :W // 2 * 2], N, C, H // 2 * 2, W // 2 * 2
+
+
+def avgpool2_forward(backend: Backend, x) -> np.ndarray:
+    """F.avg_pool2d(x, 2): NCHW in, NCHW out (an odd last row/column is dropped)."""
+    x, N, C, H, W = _pool_input(x, "avgpool2")
+    src, _ = _to_nhwc(x, backend.lanes)
+    out = _pool(backend, "avgpool2_fwd", src, N, H, W, C)
+    return out[..., :C].transpose(0, 3, 1, 2).copy()
+
+
+def maxpool2_forward(backend: Backend, x) -> np.ndarray:
+    """F.max_pool2d(x, 2) values (NaN wins; max(-0, +0) = +0)."""
+    x, N, C, H, W = _pool_input(x, "maxpool2")
+    src, _ = _to_nhwc(x, backend.lanes)
+    out = _pool(backend, "maxpool2_fwd", src, N, H, W, C)
+    return out[..., :C].transpose(0, 3, 1, 2).copy()
+
+
+def avgpool2_backward(backend: Backend, dy, input_shape) -> np.ndarray:
+    """Gradient of F.avg_pool2d(x, 2) for an input of input_shape (NCHW)."""
+    N, C, H, W = input_shape
+    dy = np.asarray(dy, np.float32)
+    src, _ = _to_nhwc(dy, backend.lanes)
+    He, We = H // 2 * 2, W // 2 * 2
+    out = _pool(backend, "avgpool2_bwd", src, N, He, We, C)
+    dx = np.zeros((N, C, H, W), np.float32)
+    dx[:, :, :He, :We] = out[..., :C].transpose(0, 3, 1, 2)
+    return dx
+
+
+def maxpool2_backward_host(x, dy) -> np.ndarray:
+    """Host implementation (see HOST_KERNELS): dy to the first maximum of each 2x2 window."""
+    x = np.asarray(x, np.float32)
+    N, C, H, W = x.shape
+    He, We = H // 2 * 2, W // 2 * 2
+    win = x[:, :, :He, :We].reshape(N, C, He // 2, 2, We // 2, 2).transpose(0, 1, 2, 4, 3, 5)
+    win = win.reshape(N, C, He // 2, We // 2, 4)
+    nan = np.isnan(win)
+    first = np.where(nan.any(-1), nan.argmax(-1), np.argmax(np.where(nan, -np.inf, win), -1))
+    dx = np.zeros_like(win)
+    np.put_along_axis(dx, first[..., None], np.asarray(dy, np.float32)[..., None], -1)
+    dx = dx.reshape(N, C, He // 2, We // 2, 2, 2).transpose(0, 1, 2, 4, 3, 5)
+    out = np.zeros_like(x)
+    out[:, :, :He, :We] = dx.reshape(N, C, He, We)
+    return out
+
+
+KERNELS = tuple(STREAM_KERNELS) + POOL_KERNELS

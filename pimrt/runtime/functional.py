@@ -1,0 +1,341 @@
+"""Functional co-execution: one real training step with CONV/linear in torch (the host; CUDA
+when present) and every non-CONV op on a PIM backend chosen by name:
+
+    golden  the bit-exact golden model of the PIM unit (pimrt.pim.GoldenBackend)
+    rtl     the Verilated unit through the batch driver (pimrt.pim.driver.PimDriver)
+    torch   the plain torch ops (reference)
+
+The model is traced with torch.fx; batch norm, ReLU, residual adds and 2x2 pooling become
+autograd functions whose forward and backward run the PIM kernels (pimrt.pim.kernels), group
+by group over the output channels; the SGD update runs on the PIM too. Pools the unit cannot do
+(and max-pool backward) stay on the host, as in the timing model.
+"""
+from __future__ import annotations
+
+import copy
+import operator
+import time
+
+import numpy as np
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+
+from pimrt.errors import ConfigError
+from pimrt.pim import kernels
+
+BACKENDS = ("golden", "rtl", "torch")
+
+
+def make_backend(name: str):
+    if name == "golden":
+        from pimrt.pim import GoldenBackend
+        return GoldenBackend()
+    if name == "rtl":
+        from pimrt.pim.driver import PimDriver
+        return PimDriver()
+    if name == "torch":
+        return None
+    raise ConfigError(f"unknown PIM backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).contiguous().numpy()
+
+
+def _t(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a)).to(like.device)
+
+
+def _groups(c: int, groups: int) -> list[slice]:
+    g = groups if c % groups == 0 else 1
+    return [slice(c * i // g, c * (i + 1) // g) for i in range(g)]
+
+
+class _ReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, pim):
+        xs = _np(x)
+        y = np.empty_like(xs)
+        mask = np.empty(xs.shape, bool)
+        for s in _groups(xs.shape[1], pim.groups) if xs.ndim > 1 else [slice(None)]:
+            y[:, s], mask[:, s] = kernels.relu_forward(pim.backend, xs[:, s])
+        ctx.mask, ctx.pim = mask, pim
+        return _t(y, x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        d = _np(dy)
+        dx = np.empty_like(d)
+        for s in _groups(d.shape[1], ctx.pim.groups) if d.ndim > 1 else [slice(None)]:
+            dx[:, s] = kernels.relu_backward(ctx.pim.backend, ctx.mask[:, s], d[:, s])
+        return _t(dx, dy), None
+
+
+class _Add(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, pim):
+        an, bn = _np(a), _np(b)
+        y = np.empty_like(an)
+        for s in _groups(an.shape[1], pim.groups) if an.ndim > 1 else [slice(None)]:
+            y[:, s] = kernels.residual_add(pim.backend, an[:, s], bn[:, s])
+        return _t(y, a)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, dy, None
+
+
+def batchnorm_forward_2pass(backend, x, gamma, beta, eps: float):
+    """Training-mode batch norm on the PIM with a two-pass variance: the mean from the unit's
+    sums (bn_stats), then sum((x - mean) * x) from its dy*xhat reduction (bn_bwd_stats with
+    dy = x, invstd = 1), which avoids the cancellation of E[x^2] - mean^2 when the mean is
+    large against the spread; then (x - mean) * gamma * invstd + beta."""
+    import math
+    x = np.asarray(x, np.float32)
+    C = x.shape[1]
+    y = np.empty_like(x)
+    mean = np.empty(C, np.float64)
+    invstd = np.empty(C, np.float64)
+    for c in range(C):
+        xc = x[:, c].ravel()
+        n = xc.size
+        m = kernels.run_stream(backend, "bn_stats", {"x": xc}).acc.sum(axis=1)[0] / n
+        m32 = float(np.float32(m))  # the unit subtracts the fp32 scalar
+        s = kernels.run_stream(backend, "bn_bwd_stats", {"x": xc, "dy": xc},
+                               {"mean": m32, "invstd": 1.0}).acc.sum(axis=1)
+        # sum((x - m)^2) = sum(x (x - m32)) + (m32 - m) sum(x), with sum(x - m) = 0
+        var = max((float(s[1]) + (m32 - m) * float(s[0])) / n, 0.0)
+        inv = 1.0 / math.sqrt(var + eps)
+        # y = (x - mean) * (gamma * invstd) + beta, subtracting the mean first as torch does
+        # (x * scale + shift cancels when the mean is large against the spread): the unit's
+        # k*dy + c1*(x - mean) + c0 program with k = 0
+        r = kernels.run_stream(backend, "bn_bwd_apply", {"x": xc, "dy": xc},
+                               {"mean": m32, "c1": float(gamma[c]) * inv, "c0": float(beta[c]),
+                                "k": 0.0})
+        y[:, c] = r.outputs["dx"].reshape(y[:, c].shape)
+        mean[c], invstd[c] = m, inv
+    return y, mean.astype(np.float32), invstd.astype(np.float32)
+
+
+class _BatchNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, pim, eps):
+        xs = _np(x)
+        gamma, beta = _np(weight), _np(bias)
+        y = np.empty_like(xs)
+        mean = np.empty(xs.shape[1], np.float32)
+        invstd = np.empty(xs.shape[1], np.float32)
+        for s in _groups(xs.shape[1], pim.groups):
+            y[:, s], mean[s], invstd[s] = batchnorm_forward_2pass(pim.backend, xs[:, s],
+                                                                  gamma[s], beta[s], eps)
+        ctx.save_for_backward(x, weight)
+        ctx.mean, ctx.invstd, ctx.pim = mean, invstd, pim
+        return _t(y, x), _t(mean, x), _t(invstd, x)
+
+    @staticmethod
+    def backward(ctx, dy, _dmean, _dinvstd):
+        x, weight = ctx.saved_tensors
+        xs, d, gamma = _np(x), _np(dy), _np(weight)
+        dx = np.empty_like(xs)
+        dg = np.empty(xs.shape[1], np.float32)
+        db = np.empty(xs.shape[1], np.float32)
+        for s in _groups(xs.shape[1], ctx.pim.groups):
+            dx[:, s], dg[s], db[s] = kernels.batchnorm_backward(
+                ctx.pim.backend, xs[:, s], d[:, s], gamma[s], ctx.mean[s], ctx.invstd[s])
+        return _t(dx, dy), _t(dg, dy), _t(db, dy), None, None
+
+
+class PimOps:
+    """The backend and group count the PIM functions use."""
+
+    def __init__(self, backend: str, groups: int = 1):
+        self.name = backend
+        self.backend = make_backend(backend)
+        self.groups = groups
+
+    def relu(self, x):
+        return F.relu(x) if self.backend is None else _ReLU.apply(x, self)
+
+    def add(self, a, b):
+        return a + b if self.backend is None else _Add.apply(a, b, self)
+
+
+class PimBatchNorm2d(nn.Module):
+    """A BatchNorm2d whose training-mode forward and backward run on the PIM; it shares the
+    original module's parameters and buffers."""
+
+    def __init__(self, bn: nn.BatchNorm2d, ops: PimOps):
+        super().__init__()
+        self.bn, self.ops = bn, ops
+
+    def forward(self, x):
+        bn = self.bn
+        if self.ops.backend is None or not bn.training:
+            return bn(x)
+        y, mean, invstd = _BatchNorm.apply(x, bn.weight, bn.bias, self.ops, bn.eps)
+        with torch.no_grad():  # running statistics as torch keeps them (unbiased variance)
+            n = x.numel() // x.shape[1]
+            var = (1.0 / invstd.double() ** 2 - bn.eps) * n / max(n - 1, 1)
+            m = bn.momentum if bn.momentum is not None else 0.1
+            bn.running_mean.mul_(1 - m).add_(m * mean)
+            bn.running_var.mul_(1 - m).add_((m * var).float())
+            bn.num_batches_tracked += 1
+        return y
+
+
+class PimReLU(nn.Module):
+    def __init__(self, ops: PimOps):
+        super().__init__()
+        self.ops = ops
+
+    def forward(self, x):
+        return self.ops.relu(x)
+
+
+class PimPool2d(nn.Module):
+    """2x2 / stride-2 pooling on the PIM (max-pool backward on the host)."""
+
+    def __init__(self, pool: nn.Module, ops: PimOps):
+        super().__init__()
+        self.pool, self.ops = pool, ops
+
+    def forward(self, x):
+        if self.ops.backend is None:
+            return self.pool(x)
+        return _Pool.apply(x, isinstance(self.pool, nn.MaxPool2d), self.ops)
+
+
+class _Pool(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, is_max, pim):
+        xs = _np(x)
+        f = kernels.maxpool2_forward if is_max else kernels.avgpool2_forward
+        y = f(pim.backend, xs)
+        ctx.xs, ctx.is_max, ctx.pim = xs, is_max, pim
+        return _t(y, x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        d = _np(dy)
+        if ctx.is_max:
+            dx = kernels.maxpool2_backward_host(ctx.xs, d)
+        else:
+            dx = kernels.avgpool2_backward(ctx.pim.backend, d, ctx.xs.shape)
+        return _t(dx, dy), None, None
+
+
+def _pool_fits(m: nn.Module) -> bool:
+    def pair(v):
+        return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    return (isinstance(m, (nn.MaxPool2d, nn.AvgPool2d)) and pair(m.kernel_size) == (2, 2)
+            and pair(m.stride or m.kernel_size) == (2, 2) and pair(m.padding) == (0, 0)
+            and not getattr(m, "ceil_mode", False))
+
+
+def to_pim(model: nn.Module, ops: PimOps) -> torch.fx.GraphModule:
+    """The model with its non-CONV ops on the PIM (a traced copy; the model is untouched)."""
+    gm = torch.fx.symbolic_trace(copy.deepcopy(model))
+    modules = dict(gm.named_modules())
+    for node in list(gm.graph.nodes):
+        if node.op == "call_module":
+            m = modules[node.target]
+            new = None
+            if isinstance(m, nn.BatchNorm2d):
+                new = PimBatchNorm2d(m, ops)
+            elif isinstance(m, nn.ReLU):
+                new = PimReLU(ops)
+            elif _pool_fits(m):
+                new = PimPool2d(m, ops)
+            if new is not None:
+                parent, _, leaf = node.target.rpartition(".")
+                setattr(gm.get_submodule(parent) if parent else gm, leaf, new)
+        elif node.op == "call_function":
+            if node.target in (F.relu, torch.relu) and len(node.args) == 1 and not node.kwargs:
+                node.target = ops.relu
+            elif node.target in (operator.add, torch.add) and len(node.args) == 2 and \
+                    all(isinstance(a, torch.fx.Node) for a in node.args) and not node.kwargs:
+                node.target = ops.add
+        elif node.op == "call_method" and node.target == "relu" and len(node.args) == 1:
+            node.op, node.target = "call_function", ops.relu
+    gm.recompile()
+    return gm
+
+
+def _sgd_step_torch(model, lr, momentum, wd):
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
+    opt.step()
+
+
+def _sgd_step_pim(model, backend, lr, momentum, wd):
+    """The first SGD step on the PIM (the momentum buffer starts as the gradient, as torch's)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is None:
+                continue
+            w, g = _np(p), _np(p.grad)
+            v0 = (g + np.float32(wd) * w).astype(np.float32)
+            new_w, _ = kernels.sgd_update(backend, w.ravel(), g.ravel(), v0.ravel(), lr,
+                                          momentum=0.0, weight_decay=wd)
+            p.copy_(_t(new_w.reshape(w.shape), p))
+
+
+def check_step(model_name: str, batch: int, input_size: int, backend: str = "golden",
+               groups: int = 4, lr: float = 0.1, momentum: float = 0.9, wd: float = 5e-4,
+               seed: int = 0) -> dict:
+    """One training step with the PIM ops on `backend` against a plain torch step: loss,
+    every gradient and every updated parameter compared; channel groups checked to give the
+    same numbers as no groups."""
+    from pimrt import zoo
+    torch.manual_seed(seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ref = zoo.build(model_name, input_size=input_size).to(device).train()
+    pim_model = copy.deepcopy(ref)
+    x = torch.randn(batch, 3, input_size, input_size, device=device)
+    y = torch.randint(0, ref.num_classes if hasattr(ref, "num_classes") else 10, (batch,),
+                      device=device)
+    t0 = time.perf_counter()
+    loss_ref = F.cross_entropy(ref(x), y)
+    loss_ref.backward()
+    grads_ref = {n: p.grad.clone() for n, p in ref.named_parameters()}
+    _sgd_step_torch(ref, lr, momentum, wd)
+    torch_wall = time.perf_counter() - t0
+
+    ops = PimOps(backend, groups)
+    gm = to_pim(pim_model, ops)
+    t0 = time.perf_counter()
+    logits = gm(x)
+    loss = F.cross_entropy(logits, y)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in gm.named_parameters() if p.grad is not None}
+    if ops.backend is None:
+        _sgd_step_torch(gm, lr, momentum, wd)
+    else:
+        _sgd_step_pim(gm, ops.backend, lr, momentum, wd)
+    wall = time.perf_counter() - t0
+
+    def rel(a, b):
+        return float((a - b).abs().max() / (b.abs().max() + 1e-12))
+
+    names = {n.replace("bn.", ""): n for n in grads}  # PimBatchNorm2d wraps the BN as .bn
+    grad_diff = max(rel(grads[names.get(n, n)], g) for n, g in grads_ref.items()
+                    if names.get(n, n) in grads)
+    ref_params = dict(ref.named_parameters())
+    param_diff = max(rel(p.detach(), ref_params[n.replace("bn.", "")].detach())
+                     for n, p in gm.named_parameters() if n.replace("bn.", "") in ref_params)
+    # channel groups give the same numbers: forward again, ungrouped, from the same weights
+    same = True
+    if ops.backend is not None and groups > 1:
+        probe = copy.deepcopy(zoo.build(model_name, input_size=input_size)).to(device).train()
+        probe.load_state_dict(zoo.build(model_name, input_size=input_size).state_dict())
+        torch.manual_seed(seed + 1)
+        xp = torch.randn(2, 3, input_size, input_size, device=device)
+        a = to_pim(probe, PimOps(backend, groups))(xp)
+        b = to_pim(probe, PimOps(backend, 1))(xp)
+        same = bool(torch.equal(a, b))
+    return {"backend": backend, "groups": groups, "loss": float(loss.detach()),
+            "loss_ref": float(loss_ref), "loss_abs_diff": abs(float(loss) - float(loss_ref)),
+            "max_grad_rel_diff": grad_diff, "max_param_rel_diff": param_diff,
+            "groups_equal": same, "wall_s": wall, "torch_wall_s": torch_wall,
+            "device": device}

@@ -1,0 +1,296 @@
+"""The task graph of one training step.
+
+Every op of the step becomes one or more tasks, each run by one side (host or PIM) on one
+output-channel group, with the tasks it depends on. Host tasks: CONV/linear forward, their
+backward split into the feature-map-gradient phase (bwd_data, all groups) then the
+weight-gradient phase (bwd_weight, one task a group), the loss, dropout and unsupported ops.
+PIM tasks: batch norm, ReLU, residual add, pooling, gradient accumulation at forks, concat, and
+the SGD update.
+
+Pipelining (research: Choi et al., IEEE Access 2024): in the forward pass the PIM works on
+group g of a CONV's output while the host computes group g+1; in the backward pass the PIM's
+feature-map-gradient work for the layers below a CONV (batch norm, ReLU backward on the dX just
+computed) runs while the host computes that CONV's weight gradient, and the CONV's SGD update
+runs on the PIM while the host goes on with the next CONV. Each side runs its tasks in the order they are created here (one stream per
+side); a task waits for its dependencies on the other side.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from pimrt.errors import ConfigError
+from pimrt.graph import LayerGraph
+
+HOST_COMPUTE = ("conv", "linear")
+ELEMENTWISE_PIM = ("batchnorm", "relu", "relu6", "add", "maxpool", "avgpool", "adaptive_avgpool")
+
+
+@dataclasses.dataclass
+class Task:
+    id: int
+    side: str                 # "host" or "pim"
+    layer: str                # the layer (graph node) it belongs to
+    kind: str                 # conv, linear, batchnorm, relu, ..., accumulate, update, loss
+    phase: str                # fwd, bwd_data, bwd_weight, bwd, update
+    group: int                # output-channel group, or -1 for the whole tensor
+    groups: int               # how many groups the layer is split into
+    deps: list[int]
+    numel: int = 0            # elements it produces (PIM: elements it processes)
+    tensors: dict = dataclasses.field(default_factory=dict)  # role -> (tensor name, bytes)
+
+    @property
+    def label(self) -> str:
+        g = f"[{self.group}/{self.groups}]" if self.group >= 0 else ""
+        return f"{self.layer}.{self.phase}{g}"
+
+
+@dataclasses.dataclass
+class Schedule:
+    graph: LayerGraph
+    groups: int
+    tasks: list[Task]
+    pipelined: bool
+
+    def stream(self, side: str) -> list[Task]:
+        return [t for t in self.tasks if t.side == side]
+
+    def by_layer(self) -> dict[str, list[Task]]:
+        out: dict[str, list[Task]] = {}
+        for t in self.tasks:
+            out.setdefault(t.layer, []).append(t)
+        return out
+
+
+def pool_fits_pim(layer) -> bool:
+    """The unit's pooling programs do 2x2 windows with stride 2 (docs/pim.md); other pools,
+    max-pool backward and global average pooling run on the host."""
+    k, s = layer.attrs.get("kernel"), layer.attrs.get("stride")
+    k = k if isinstance(k, (tuple, list)) else (k, k)
+    s = s if isinstance(s, (tuple, list)) else (s, s)
+    pad = layer.attrs.get("padding") or 0
+    pad = pad if isinstance(pad, (tuple, list)) else (pad, pad)
+    return tuple(k) == (2, 2) and tuple(s) == (2, 2) and not any(pad)
+
+
+def runs_on_pim(layer, phase: str) -> bool:
+    """Whether the PIM unit has a program for this layer in this phase."""
+    if layer.kind in ("maxpool", "avgpool"):
+        return pool_fits_pim(layer) and not (layer.kind == "maxpool" and phase == "bwd")
+    return layer.kind != "adaptive_avgpool"
+
+
+def _split(n: int, groups: int) -> list[tuple[int, int]]:
+    return [(n * g // groups, n * (g + 1) // groups) for g in range(groups)]
+
+
+def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
+                   update: bool = True) -> Schedule:
+    """Tasks of one training step (forward, loss, backward, SGD update).
+
+    groups: output-channel groups of every CONV (must divide their output channels);
+    pipelined=False gives the serial baseline's task graph (one group, every task waits for
+    the whole previous step)."""
+    if groups < 1:
+        raise ConfigError(f"groups must be >= 1, got {groups}")
+    if graph.batch < 1:
+        raise ConfigError(f"batch must be >= 1, got {graph.batch}")
+    if not pipelined:
+        groups = 1
+    for layer in graph.layers_of_kind("conv"):
+        c = layer.attrs["out_channels"]
+        if c % groups:
+            ok = [d for d in range(1, c + 1) if all(
+                l.attrs["out_channels"] % d == 0 for l in graph.layers_of_kind("conv"))]
+            raise ConfigError(f"groups={groups} does not divide the {c} output channels of "
+                              f"{layer.name}; group counts that divide every CONV: {ok}")
+    tasks: list[Task] = []
+
+    def task(side, layer, kind, phase, group, ngroups, deps, numel=0, tensors=None) -> int:
+        tasks.append(Task(len(tasks), side, layer, kind, phase, group, ngroups,
+                          sorted(set(deps)), numel, tensors or {}))
+        return len(tasks) - 1
+
+    base = {}  # tensor -> the tensor it is a view of (flatten)
+    for layer in graph.nodes:
+        base[layer.name] = base.get(layer.view_of, layer.view_of) if layer.view_of else layer.name
+
+    def real(name: str) -> str:
+        return base.get(name, name)
+
+    size = {layer.name: layer.bytes for layer in graph.nodes}
+    # forward: per tensor, the task producing each of its groups
+    prod: dict[str, list[int]] = {}
+
+    def deps_for(tensor: str, g: int, ngroups: int) -> list[int]:
+        p = prod.get(real(tensor), [])
+        if not p:
+            return []
+        if len(p) == ngroups and g >= 0:
+            return [p[g]]
+        return list(p)
+
+    for layer in graph.nodes:
+        kind, name = layer.kind, layer.name
+        if kind in ("input", "output"):
+            prod.setdefault(name, [])
+            continue
+        if layer.view_of:  # flatten: an alias
+            continue
+        ins = [real(i) for i in layer.inputs]
+        if kind in HOST_COMPUTE:
+            cout = layer.attrs.get("out_channels", layer.attrs.get("out_features", 1))
+            ng = groups if kind == "conv" or cout % groups == 0 else 1
+            prod[name] = []
+            for g, (lo, hi) in enumerate(_split(cout, ng)):
+                deps = [d for i in ins for d in deps_for(i, -1, 0)]
+                prod[name].append(task("host", name, kind, "fwd", g if ng > 1 else -1, ng, deps,
+                                       layer.numel * (hi - lo) // cout,
+                                       {"input": (ins[0], size[ins[0]]), "output": (name, size[name])}))
+        elif kind in ELEMENTWISE_PIM:
+            ng = len(prod.get(ins[0], [])) or 1
+            if any(len(prod.get(i, [])) not in (ng, 0) for i in ins):
+                ng = 1
+            prod[name] = []
+            for g in range(ng):
+                deps = [d for i in ins for d in deps_for(i, g if ng > 1 else -1, ng)]
+                numel_in = sum(math.prod(s) for s in layer.input_shapes) // ng
+                side = "pim" if runs_on_pim(layer, "fwd") else "host"
+                prod[name].append(task(side, name, kind, "fwd", g if ng > 1 else -1, ng, deps,
+                                       max(numel_in, layer.numel // ng),
+                                       {"input": (ins[0], size[ins[0]]), "output": (name, size[name])}))
+        elif kind == "concat":
+            deps = [d for i in ins for d in deps_for(i, -1, 0)]
+            prod[name] = [task("pim", name, kind, "fwd", -1, 1, deps, layer.numel,
+                               {"output": (name, size[name])})]
+        else:  # dropout, host_fallback: the host, whole tensor
+            deps = [d for i in ins for d in deps_for(i, -1, 0)]
+            prod[name] = [task("host", name, kind, "fwd", -1, 1, deps, layer.numel,
+                               {"input": (ins[0], size[ins[0]]), "output": (name, size[name])})]
+
+    # the loss, on the host: reads the logits, writes their gradient
+    out_node = graph.nodes[-1]
+    logits = real(out_node.inputs[0]) if out_node.inputs else graph.nodes[-2].name
+    loss = task("host", "loss", "loss", "bwd", -1, 1, deps_for(logits, -1, 0),
+                math.prod(graph[logits].shape), {"input": (logits, size[logits])})
+    # backward: per tensor, the contributions to its gradient (each a list of per-group tasks)
+    contrib: dict[str, list[list[int]]] = {logits: [[loss]]}
+    grad: dict[str, list[int]] = {}
+    pending_updates: list[tuple] = []
+
+    def flush_updates():
+        for args in pending_updates:
+            task(*args)
+        pending_updates.clear()
+
+    def grad_of(name: str, ng: int) -> list[int]:
+        """The tasks giving the gradient of tensor `name` per group (accumulating the
+        contributions of several readers on the PIM)."""
+        if name in grad:
+            return grad[name]
+        parts = contrib.get(name, [])
+        if not parts:
+            grad[name] = []
+            return []
+        if len(parts) == 1:
+            grad[name] = _regroup(parts[0], ng)
+            return grad[name]
+        out = []
+        for g in range(ng):
+            deps = [d for p in parts for d in _regroup(p, ng)[g:g + 1]]
+            out.append(task("pim", name, "accumulate", "bwd", g if ng > 1 else -1, ng, deps,
+                            graph[name].numel * (len(parts) - 1) // ng,
+                            {"grad": (name, size[name])}))
+        grad[name] = out
+        return out
+
+    for layer in reversed(graph.nodes):
+        kind, name = layer.kind, layer.name
+        if kind in ("input", "output") or layer.view_of:
+            continue
+        ng = len(prod.get(name, [])) or 1
+        gout = grad_of(name, ng)
+        ins = [real(i) for i in layer.inputs]
+        if kind in HOST_COMPUTE:
+            flush_updates()
+            needs_dx = bool(layer.attrs.get("needs_input_grad", True)) and ins[0] in prod and \
+                graph[ins[0]].kind != "input"
+            cout = layer.attrs.get("out_channels", layer.attrs.get("out_features", 1))
+            # the feature-map gradient first (one task: splitting it by output channel would
+            # make every group read and write the whole dX), then the weight gradient, during
+            # which the PIM runs the layers below on dX; the update follows on the PIM
+            if needs_dx:
+                d = task("host", name, kind, "bwd_data", -1, 1, gout, graph[ins[0]].numel,
+                         {"grad_output": (name, size[name]), "grad_input": (ins[0], size[ins[0]])})
+                contrib.setdefault(ins[0], []).append([d])
+            w = task("host", name, kind, "bwd_weight", -1, 1, gout, layer.numel,
+                     {"grad_output": (name, size[name]), "input": (ins[0], size[ins[0]])})
+            if update and layer.param_bytes:
+                pending_updates.append(("pim", name, "update", "update", -1, 1, [w],
+                                        layer.param_bytes // layer.itemsize,
+                                        {"param": (name, layer.param_bytes)}))
+        elif kind in ELEMENTWISE_PIM:
+            if kind == "add":  # the gradient passes to both inputs unchanged
+                for i in ins:
+                    contrib.setdefault(i, []).append(list(gout))
+                continue
+            outs = []
+            for g in range(ng):
+                numel_in = sum(math.prod(s) for s in layer.input_shapes) // ng
+                side = "pim" if runs_on_pim(layer, "bwd") else "host"
+                outs.append(task(side, name, kind, "bwd", g if ng > 1 else -1, ng,
+                                 gout[g:g + 1] if len(gout) == ng else gout, numel_in,
+                                 {"grad_output": (name, size[name]),
+                                  "grad_input": (ins[0], size[ins[0]]),
+                                  "input": (ins[0], size[ins[0]])}))
+            if ins[0] in prod:
+                contrib.setdefault(ins[0], []).append(outs)
+            if kind == "batchnorm" and update and layer.param_bytes:
+                pending_updates.append(("pim", name, "update", "update", -1, 1, list(outs),
+                                        layer.param_bytes // layer.itemsize,
+                                        {"param": (name, layer.param_bytes)}))
+        elif kind == "concat":
+            for i in ins:
+                contrib.setdefault(i, []).append(list(gout))
+        else:
+            t = task("host", name, kind, "bwd", -1, 1, gout, layer.numel,
+                     {"grad_output": (name, size[name])})
+            for i in ins:
+                contrib.setdefault(i, []).append([t])
+    flush_updates()
+    return Schedule(graph, groups, _group_major(tasks), pipelined)
+
+
+def _group_major(tasks: list[Task]) -> list[Task]:
+    """Within each run of consecutive PIM tasks, order by group: the PIM finishes group g of
+    a chain of layers (batch norm, ReLU, add) before it starts group g+1, so the host's next
+    consumer of group g is not held up by the other groups. Whole-tensor tasks keep their
+    place after the grouped ones. A run whose reordering would put a task before one it
+    depends on keeps its order."""
+    out: list[Task] = []
+    i = 0
+    while i < len(tasks):
+        j = i
+        while j < len(tasks) and tasks[j].side == "pim":
+            j += 1
+        if j == i:
+            out.append(tasks[i])
+            i += 1
+            continue
+        run = tasks[i:j]
+        key = {t.id: (t.group if t.group >= 0 else 1 << 30, k) for k, t in enumerate(run)}
+        ordered = sorted(run, key=lambda t: key[t.id])
+        pos = {t.id: k for k, t in enumerate(ordered)}
+        if all(pos.get(d, -1) < pos[t.id] for t in ordered for d in t.deps):
+            run = ordered
+        out.extend(run)
+        i = j
+    return out
+
+
+def _regroup(tasks: list[int], ng: int) -> list[int]:
+    """Per-group tasks for ng groups: as they are when the counts agree, else every group
+    waits for all of them."""
+    if len(tasks) == ng:
+        return list(tasks)
+    return [max(tasks)] * ng if tasks else []

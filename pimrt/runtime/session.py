@@ -1,0 +1,41 @@
+"""What `pimrt run` and `pimrt compare` share: build and capture a model, check everything that
+can fail before the long work, time it under policies."""
+from __future__ import annotations
+
+import sys
+
+from pimrt.errors import ConfigError
+from pimrt.graph import capture
+from pimrt.memctl import load_part
+from pimrt.runtime.placement import place_step
+from pimrt.runtime.schedule import build_schedule
+from pimrt.runtime.timing import time_step
+
+
+def captured(model: str, batch: int, input_size: int):
+    from pimrt import zoo
+    if batch < 1:
+        raise ConfigError(f"--batch must be >= 1, got {batch}")
+    if input_size < 8:
+        raise ConfigError(f"--input must be >= 8, got {input_size}")
+    net = zoo.build(model, input_size=input_size, device="meta")
+    return capture(net, (batch, 3, input_size, input_size), name=model)
+
+
+def preflight(graph, part: str, groups: int) -> None:
+    """Errors a run would hit, found before any simulation: groups that do not divide, tensors
+    that do not fit the memory."""
+    build_schedule(graph, groups)
+    place_step(graph, load_part(part))
+
+
+def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,
+          desc: str = ""):
+    from tqdm import tqdm
+    bar = tqdm(unit="rec", unit_scale=True, desc=desc or policy, disable=quiet or None,
+               file=sys.stderr, leave=False)
+    try:
+        return time_step(graph, policy, groups, part=part, host_part=host_part,
+                         progress=bar.update)
+    finally:
+        bar.close()

@@ -1,0 +1,138 @@
+"""One training step through memctl: the schedule's tasks become two request streams (host,
+PIM) with their compute delays and cross-stream dependencies (SIGNAL / WAIT markers), the
+controller runs them under a sharing policy, and the events give every task's start and end.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from pimrt.graph import LayerGraph
+from pimrt.memctl import Controller, Options, load_part
+from pimrt.runtime.placement import place_step
+from pimrt.runtime.schedule import Schedule, build_schedule
+from pimrt.runtime.work import context, task_records
+from pimrt.runtime.authority import layer_parameters
+from pimrt.trace.records import (BARRIER, DELAY, HOST, PARAM, PARAM_IDS, PIM, RECORD_DTYPE, SIGNAL, WAIT,
+                                 WRITE)
+
+FEED_RECORDS = 1 << 20
+
+
+@dataclasses.dataclass
+class StepTiming:
+    policy: str
+    groups: int
+    schedule: Schedule
+    start: np.ndarray          # per task id, memory cycles
+    end: np.ndarray
+    stats: dict                # memctl stats
+    tck_ns: float
+    wall_s: float
+    records: int
+    modes: np.ndarray = None   # PIM_ENTER / PIM_EXIT per channel
+
+    @property
+    def makespan(self) -> int:
+        return int(self.end.max()) if len(self.end) else 0
+
+    @property
+    def seconds(self) -> float:
+        return self.makespan * self.tck_ns * 1e-9
+
+    def busy(self, side: str) -> int:
+        """Cycles in which `side` had a task running (union of intervals)."""
+        ids = [t.id for t in self.schedule.tasks if t.side == side]
+        iv = sorted(zip(self.start[ids].tolist(), self.end[ids].tolist()))
+        total, cur_s, cur_e = 0, None, None
+        for s, e in iv:
+            if cur_e is None or s > cur_e:
+                if cur_e is not None:
+                    total += cur_e - cur_s
+                cur_s, cur_e = s, e
+            else:
+                cur_e = max(cur_e, e)
+        if cur_e is not None:
+            total += cur_e - cur_s
+        return total
+
+
+def _marker(op: int, requestor: int, value: int) -> np.ndarray:
+    m = np.zeros(1, RECORD_DTYPE)
+    m["op"], m["requestor"], m["value"] = op, requestor, value
+    return m
+
+
+def _params(values: dict) -> np.ndarray:
+    out = np.zeros(len(values), RECORD_DTYPE)
+    out["op"] = PARAM
+    out["param"] = [PARAM_IDS[k] for k in values]
+    out["value"] = list(values.values())
+    return out
+
+
+def task_stream(schedule: Schedule, ctx, rule: bool = False):
+    """Yield record arrays: for each task, WAITs for its dependencies (their data must have
+    landed: requests completed, not just offered), a SIGNAL at its start (event 2 id), its
+    work, a SIGNAL at its end (event 2 id + 1). With rule, each host CONV/linear task first
+    sets the authority parameters for its traits."""
+    last_side = None
+    for t in schedule.tasks:
+        who = HOST if t.side == "host" else PIM
+        parts = [_marker(WAIT, who, 2 * d + 1) for d in t.deps]
+        if not schedule.pipelined and last_side not in (None, t.side):
+            parts.append(_marker(BARRIER, who, 0))  # serial: the other side's work is done
+        last_side = t.side
+        work = task_records(t, ctx)
+        if rule and t.side == "host" and t.kind in ("conv", "linear"):
+            nreq = int((work["op"] <= WRITE).sum())
+            compute = int(work["value"][work["op"] == DELAY].sum())
+            parts.append(_params(layer_parameters(ctx.part, nreq, compute)))
+        parts.append(_marker(SIGNAL, who, 2 * t.id))
+        parts.append(work)
+        parts.append(_marker(SIGNAL, who, 2 * t.id + 1))
+        yield np.concatenate(parts)
+
+
+def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
+              part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
+              options: dict | None = None, rule: bool | None = None) -> StepTiming:
+    """Time one training step of `graph` (captured at its batch) under `policy`. The serial
+    policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
+    on for authority unless options fix the parameters) sets the authority parameters per
+    layer (pimrt.runtime.authority)."""
+    if rule is None:
+        rule = policy == "authority" and not options
+    p = load_part(part) if isinstance(part, str) else part
+    placement = place_step(graph, p)
+    pipelined = policy != "serial"
+    schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined)
+    ctx = context(graph, p, placement, host_part, policy)
+    opts = Options(policy=policy, issue_width=issue_width, **(options or {}))
+    ctl = Controller(p, opts)
+    wall = time.perf_counter()
+    buf, size, total = [], 0, 0
+    for recs in task_stream(schedule, ctx, rule):
+        buf.append(recs)
+        size += len(recs)
+        if size >= FEED_RECORDS:
+            ctl.feed(np.concatenate(buf))
+            total += size
+            if progress:
+                progress(size)
+            buf, size = [], 0
+    if buf:
+        ctl.feed(np.concatenate(buf))
+        total += size
+        if progress:
+            progress(size)
+    ctl.finish()
+    ev = ctl.events()
+    n = len(schedule.tasks)
+    start = ev[0:2 * n:2, 0]
+    end = ev[1:2 * n:2, 1]
+    wall = time.perf_counter() - wall
+    return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(), p.timing["tCK"],
+                      wall, total, ctl.mode_switches())

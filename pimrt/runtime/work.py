@@ -1,0 +1,242 @@
+"""The memory requests and compute time of each task, as memctl records.
+
+Host CONV/linear tasks come from pimrt.host (implicit-GEMM tiles, L2 filter, compute from the
+host part); other host tasks (loss, dropout, pooling the PIM unit cannot do) stream their
+bytes. PIM tasks run the micro-programs of pimrt.pim: each stream of a kernel becomes all-bank
+commands over the rows of its tensor, and when the unit needs more cycles than the memory
+(cycles per element measured on the RTL) the stream pauses for the difference.
+
+Requests and compute interleave in batches: a batch of requests is offered, then a DELAY for
+its share of the compute; the controller serves the queued requests meanwhile, so a task takes
+about max(compute, memory) as on a GPU that overlaps the two.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from pimrt.graph import LayerGraph
+from pimrt.host import HostWork, load_host_part
+from pimrt.memctl.config import Part, encode_address
+from pimrt.pim import cycles as pim_cycles
+from pimrt.runtime.placement import Placement
+from pimrt.runtime.schedule import Task, runs_on_pim  # noqa: F401
+from pimrt.trace.records import DELAY, HOST, PIM, READ, RECORD_DTYPE, WRITE
+
+HOST_BATCH = 128   # requests between two compute delays
+PIM_BATCH = 64
+
+# PIM kernels per (kind, phase): the streams each reads and writes, in elements of the task
+# per element (a ReLU mask is 1 bit an element: 1/32 of an fp32 stream)
+KERNELS = {
+    # batch norm forward as pimrt.runtime.functional runs it: the mean, a two-pass variance
+    # (x read as both streams of the dy*xhat reduction), then (x - mean)*k + beta
+    ("batchnorm", "fwd"): [("bn_stats", [("R", "input", 1)]),
+                           ("bn_bwd_stats", [("R", "input", 1), ("R", "input", 1)]),
+                           ("bn_bwd_apply", [("R", "input", 1), ("R", "input", 1),
+                                             ("W", "output", 1)])],
+    ("relu", "fwd"): [("relu_fwd", [("R", "input", 1), ("W", "output", 1), ("W", "mask", 1 / 32)])],
+    ("relu6", "fwd"): [("relu_fwd", [("R", "input", 1), ("W", "output", 1), ("W", "mask", 1 / 32)])],
+    ("add", "fwd"): [("residual_add", [("R", "input", 1), ("R", "input2", 1), ("W", "output", 1)])],
+    ("maxpool", "fwd"): [("maxpool2_fwd", [("R", "input", 1), ("W", "output", 1 / 4)])],
+    ("avgpool", "fwd"): [("avgpool2_fwd", [("R", "input", 1), ("W", "output", 1 / 4)])],
+    ("concat", "fwd"): [("residual_add", [("R", "output", 1), ("W", "output", 1)])],
+    ("batchnorm", "bwd"): [("bn_bwd_stats", [("R", "grad_output", 1), ("R", "input", 1)]),
+                           ("bn_bwd_apply", [("R", "grad_output", 1), ("R", "input", 1),
+                                             ("W", "grad_input", 1)])],
+    ("relu", "bwd"): [("relu_bwd", [("R", "grad_output", 1), ("R", "mask", 1 / 32),
+                                    ("W", "grad_input", 1)])],
+    ("relu6", "bwd"): [("relu_bwd", [("R", "grad_output", 1), ("R", "mask", 1 / 32),
+                                     ("W", "grad_input", 1)])],
+    ("avgpool", "bwd"): [("avgpool2_bwd", [("R", "grad_output", 1 / 4), ("W", "grad_input", 1)])],
+    ("accumulate", "bwd"): [("residual_add", [("R", "grad", 1), ("R", "grad", 1), ("W", "grad", 1)])],
+    ("update", "update"): [("sgd", [("R", "param", 1), ("R", "pgrad", 1), ("R", "momentum", 1),
+                                    ("W", "param", 1), ("W", "momentum", 1)])],
+}
+
+
+@dataclasses.dataclass
+class Context:
+    graph: LayerGraph
+    part: Part
+    host_part: object
+    placement: Placement
+    partition: bool = False        # bank_partition: PIM reaches only its banks
+    pim_scope: int = 16            # banks an all-bank command acts on
+
+    @property
+    def tck(self) -> float:
+        return self.part.timing["tCK"]
+
+
+def context(graph: LayerGraph, part: Part, placement: Placement, host_part="v100",
+            policy: str = "authority", pim_banks: int | None = None) -> Context:
+    nbanks = part.org["ranks"] * part.banks_per_rank
+    partition = policy == "bank_partition"
+    scope = (pim_banks or nbanks // 2) if partition else nbanks
+    return Context(graph, part, load_host_part(host_part), placement, partition, scope)
+
+
+def _records(n: int) -> np.ndarray:
+    return np.zeros(n, RECORD_DTYPE)
+
+
+def _interleave(addr: np.ndarray, op: np.ndarray, requestor: int, compute: int,
+                batch: int) -> np.ndarray:
+    """Requests in batches, each followed by a DELAY with its share of `compute` cycles."""
+    n = len(addr)
+    nb = max(1, -(-n // batch)) if compute > 0 else 0
+    out = _records(n + nb)
+    if nb == 0:
+        out["addr"], out["op"], out["requestor"] = addr, op, requestor
+        return out
+    idx = np.arange(n)
+    pos = idx + idx // batch                 # a DELAY after every `batch` requests
+    out["addr"][pos], out["op"][pos], out["requestor"][pos] = addr, op, requestor
+    dpos = np.minimum(np.arange(1, nb + 1) * (batch + 1) - 1, n + nb - 1)
+    share = np.full(nb, compute // nb, dtype=np.int64)
+    share[: compute % nb] += 1
+    out["op"][dpos] = DELAY
+    out["requestor"][dpos] = requestor
+    out["value"][dpos] = share
+    return out
+
+
+def _stream_lines(base: int, nbytes: int, op: int, line: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    n = max(1, -(-int(nbytes) // line))
+    a = np.uint64(base) + np.arange(n, dtype=np.uint64) * np.uint64(line)
+    return a, np.full(n, op, np.uint8)
+
+
+# ---------------------------------------------------------------------------------------------
+# host tasks
+
+_PHASE = {"fwd": "forward", "bwd_data": "backward_data", "bwd_weight": "backward_weight"}
+
+
+def _weight(layer):
+    for name, shape in layer.params.items():
+        if name.endswith("weight"):
+            return shape
+    raise KeyError(f"{layer.name} has no weight")
+
+
+def host_records(task: Task, ctx: Context) -> np.ndarray:
+    g, pl = ctx.graph, ctx.placement
+    layer = g[task.layer] if task.layer in g else None
+    if task.kind in ("conv", "linear"):
+        phase = _PHASE[task.phase]
+        inp = task.tensors.get("input", task.tensors.get("grad_input"))[0]
+        cout = layer.attrs.get("out_channels", layer.attrs.get("out_features"))
+        lo, hi = (cout * task.group // task.groups, cout * (task.group + 1) // task.groups) \
+            if task.group >= 0 else (0, cout)
+        es = layer.itemsize
+        x, y, w = tuple(layer.input_shapes[0]), tuple(layer.shape), tuple(_weight(layer))
+        tensors = {
+            "input": (pl[f"act:{inp}"].base, x, es),
+            "grad_input": (pl[f"grad:{inp}"].base, x, es),
+            "output": (pl[f"act:{layer.name}"].base, y, es),
+            "grad_output": (pl[f"grad:{layer.name}"].base, y, es),
+            "weight": (pl[f"param:{layer.name}"].base, w, es),
+            "grad_weight": (pl[f"pgrad:{layer.name}"].base, w, es),
+        }
+        work = HostWork(layer, g.batch, phase, channel_range=(lo, hi), part=ctx.host_part)
+        reqs = work.requests(tensors, ctx.part.request_bytes)
+        compute = work.compute_cycles(None, ctx.tck)
+        addr, op = reqs["addr"], reqs["op"]
+        if ctx.partition:  # shared feature maps move between the host's and the PIM's banks
+            share = task.tensors.get("output") or task.tensors.get("grad_input")
+            if share:
+                region = pl[("act:" if "output" in task.tensors else "grad:") + share[0]]
+                part_bytes = region.nbytes // max(task.groups, 1)
+                start = region.base + part_bytes * max(task.group, 0)
+                ca, co = _stream_lines(start, part_bytes, READ)
+                wa, wo = _stream_lines(start, part_bytes, WRITE)
+                addr = np.concatenate([addr, ca, wa])
+                op = np.concatenate([op, co, wo])
+        return _interleave(addr, op, HOST, compute, HOST_BATCH)
+    # streaming host work: loss, dropout, pools the PIM cannot do, unsupported ops
+    parts = []
+    for role, (tensor, nbytes) in task.tensors.items():
+        prefix = "grad:" if role.startswith("grad") else "act:"
+        if role == "input" and task.kind == "loss":
+            prefix = "act:"
+        region = pl[prefix + tensor] if (prefix + tensor) in pl.regions else None
+        if region is None:
+            continue
+        op = WRITE if role in ("output", "grad_input") else READ
+        parts.append(_stream_lines(region.base, region.nbytes, op))
+        if task.kind == "loss":  # writes the logits' gradient
+            parts.append(_stream_lines(pl["grad:" + tensor].base, region.nbytes, WRITE))
+    if not parts:
+        return _records(0)
+    addr = np.concatenate([p[0] for p in parts])
+    op = np.concatenate([p[1] for p in parts])
+    return _interleave(addr, op, HOST, 0, HOST_BATCH)
+
+
+# ---------------------------------------------------------------------------------------------
+# PIM tasks
+
+def _region_for(task: Task, role: str, ctx: Context):
+    pl = ctx.placement
+    name = task.layer
+    if role in ("param", "pgrad", "momentum"):
+        return pl[f"{role}:{name}"]
+    if role == "mask":
+        return pl[f"mask:{name}"]
+    tensor = task.tensors.get(role, task.tensors.get("grad", task.tensors.get("output")))
+    if role == "input2":
+        ins = ctx.graph[name].inputs
+        tensor = (ins[1] if len(ins) > 1 else ins[0], 0)
+    prefix = "grad:" if role.startswith("grad") else "act:"
+    return pl[prefix + tensor[0]]
+
+
+def pim_records(task: Task, ctx: Context) -> np.ndarray:
+    part = ctx.part
+    kernels = KERNELS.get((task.kind, task.phase))
+    if kernels is None:
+        raise KeyError(f"no PIM kernel for {task.kind} {task.phase}")
+    o = part.org
+    chans = part.channel_count
+    cols = part.columns_per_row
+    bytes_per_op = part.request_bytes * ctx.pim_scope
+    sets = (o["ranks"] * part.banks_per_rank) // ctx.pim_scope   # bank sets a row span holds
+    units = part.pim["units_per_bankgroup"] * o["bankgroups"] * o["ranks"] * chans
+    es = 4
+    out = []
+    for kernel, streams in kernels:
+        addrs, ops = [], []
+        for rw, role, frac in streams:
+            region = _region_for(task, role, ctx)
+            nbytes = region.nbytes // max(task.groups, 1) if task.group >= 0 else region.nbytes
+            start = region.base + nbytes * max(task.group, 0)
+            nbytes = max(int(task.numel * es * frac), 1) if role != "mask" else \
+                max(int(task.numel / 8), 1)
+            nops = max(1, -(-nbytes // bytes_per_op))
+            k = np.arange(nops, dtype=np.int64)
+            row0 = start // (part.capacity_bytes // o["rows"])
+            per_row = cols * chans * sets
+            row = (row0 + k // per_row) % o["rows"]
+            rest = k % per_row
+            addrs.append(encode_address(part, channel=rest % chans, row=row,
+                                        column=(rest // chans) % cols))
+            ops.append(np.full(nops, WRITE if rw == "W" else READ, np.uint8))
+        addr = np.concatenate(addrs)
+        op = np.concatenate(ops)
+        # interleave the streams of the kernel (the unit reads x, writes y, ... column by column)
+        order = np.argsort(np.concatenate([np.linspace(0, 1, len(a), endpoint=False)
+                                           for a in addrs]), kind="stable")
+        addr, op = addr[order], op[order]
+        compute = pim_cycles.cycles_per_element(kernel) * task.numel / units
+        memory = len(addr) / chans * part.pim_column_cycles
+        extra = int(max(0.0, compute - memory))
+        out.append(_interleave(addr, op, PIM, extra, PIM_BATCH))
+    return np.concatenate(out)
+
+
+def task_records(task: Task, ctx: Context) -> np.ndarray:
+    return host_records(task, ctx) if task.side == "host" else pim_records(task, ctx)

@@ -1,0 +1,5 @@
+import sys
+
+from pimrt.train.loop import main
+
+sys.exit(main())

@@ -1,0 +1,78 @@
+"""Command line of `python -m pimrt.train` (single process) or
+`torchrun --nproc-per-node N -m pimrt.train ...`; every option is checked before training."""
+from __future__ import annotations
+
+import argparse
+
+from pimrt.gradsa import registry
+from pimrt.gradsa.errors import GradSAError
+from pimrt.train import data, managers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pimrt.train", description="data-parallel training with a chosen "
+                                "gradient compressor (DDP comm hook); metrics CSV, checkpoints, resume")
+    a = p.add_argument
+    a("--model", default="tinycnn", help="mlp, tinycnn or a pimrt.zoo name (e.g. resnet18)")
+    a("--dataset", default="digits", help=f"one of {', '.join(data.DATASETS)}")
+    a("--image-size", type=int, default=32, help="digits are bilinearly scaled from 8x8 to this size")
+    a("--channels", type=int, default=3)
+    a("--synthetic-size", type=int, default=512, help="images in the synthetic dataset")
+    a("--compressor", default="gradsa", help=f"one of {', '.join(registry.COMPRESSORS)}")
+    a("--density", type=float, default=None, help="final fraction of each layer sent (default 0.001)")
+    a("--ratio", type=float, default=None, help="alternatively, the target sparsification ratio (1/density)")
+    a("--warmup-steps", type=int, default=20, help="sparsity warm-up length in steps")
+    a("--warmup-start-density", type=float, default=0.05)
+    a("--value-codec", default="int8", help="fp16, bf16, int8, int4, sign, fp32")
+    a("--index-codec", default="auto", help="auto, varint, bitpack, rice, bitmap")
+    a("--stale-age", type=int, default=0, help="age-aware damping of residuals held longer (0: off)")
+    a("--stale-decay", type=float, default=1.0)
+    a("--clip-norm", type=float, default=0.0, help="per-layer local gradient clipping (0: off)")
+    a("--powersgd-rank", type=int, default=4)
+    a("--epochs", type=int, default=3)
+    a("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
+    a("--batch-size", type=int, default=32, help="per rank")
+    a("--lr", type=float, default=0.05)
+    a("--momentum", type=float, default=0.9)
+    a("--weight-decay", type=float, default=5e-4)
+    a("--lr-schedule", choices=("cosine", "const"), default="cosine")
+    a("--seed", type=int, default=0)
+    a("--out", default="results/train", help="directory for metrics.csv, summary.json, checkpoints")
+    a("--resume", action="store_true", help="continue from the checkpoints in --out")
+    a("--timeout", type=float, default=120.0, help="collective timeout in seconds (dead-rank bound)")
+    a("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    a("--threads", type=int, default=1, help="torch threads per rank")
+    a("--bucket-cap-mb", type=float, default=25.0)
+    a("--manager", default="none", help=f"memory manager wrapping the step: {', '.join(managers.MANAGERS)}")
+    a("--no-progress", action="store_true", help="no tqdm bar")
+    return p
+
+
+def parse(argv=None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    validate(args)
+    return args
+
+
+def compressor_options(args) -> registry.CompressorOptions:
+    return registry.CompressorOptions(
+        density=args.density, ratio=args.ratio, warmup_steps=args.warmup_steps,
+        warmup_start_density=args.warmup_start_density, momentum=args.momentum,
+        weight_decay=args.weight_decay, clip_norm=args.clip_norm, value_codec=args.value_codec,
+        index_codec=args.index_codec, stale_age=args.stale_age, stale_decay=args.stale_decay,
+        powersgd_rank=args.powersgd_rank, seed=args.seed)
+
+
+def validate(args) -> None:
+    registry.get(args.compressor)
+    compressor_options(args).validate()
+    managers.get(args.manager)
+    if args.dataset not in data.DATASETS:
+        raise GradSAError(f"unknown dataset {args.dataset!r}; valid: {', '.join(data.DATASETS)}")
+    for name in ("epochs", "batch_size", "image_size", "channels", "threads"):
+        if getattr(args, name) < 1:
+            raise GradSAError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.lr <= 0:
+        raise GradSAError(f"--lr must be > 0, got {args.lr}")
+    if args.timeout <= 0:
+        raise GradSAError(f"--timeout must be > 0, got {args.timeout}")

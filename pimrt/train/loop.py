@@ -1,0 +1,230 @@
+"""The training loop: DDP + a registered compressor hook, metrics CSV, checkpoints, resume."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from pimrt.gradsa import registry
+from pimrt.gradsa.errors import GradSAError
+from pimrt.train import checkpoint, cli, data, distenv, managers
+from pimrt.train.models import build_model
+
+CSV_FIELDS = ["step", "epoch", "loss", "acc", "bytes_sent", "dense_bytes", "ratio", "step_time", "density",
+              "lr", "test_acc"]
+DIE_ENV = "PIMRT_TRAIN_DIE_AT"  # testing only: "RANK:STEP" makes that rank exit abruptly
+
+
+def lr_at(args, step: int, total: int) -> float:
+    if args.lr_schedule == "const" or total <= 0:
+        return args.lr
+    return args.lr * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+
+
+@torch.no_grad()
+def evaluate(model, ds, rank: int, world: int, device) -> float:
+    """Accuracy on the test set; every rank scores a shard, the counts are summed."""
+    was = model.training
+    model.eval()
+    idx = torch.arange(rank, len(ds), world)
+    correct = torch.zeros(2, dtype=torch.float64, device=device)  # on the device: NCCL needs it there
+    for i in range(0, len(idx), 256):
+        x, y = ds[idx[i:i + 256]]
+        correct[0] += (model(x.to(device)).argmax(1) == y.to(device)).sum()
+        correct[1] += len(y)
+    if world > 1:
+        dist.all_reduce(correct)
+    correct = correct.cpu()
+    model.train(was)
+    return float(correct[0] / max(1.0, float(correct[1])))
+
+
+def params_digest(model) -> str:
+    h = hashlib.sha256()
+    for _, p in sorted(model.named_parameters()):
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _csv_rows_upto(path: Path, step: int) -> list[dict]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return [r for r in csv.DictReader(f) if int(r["step"]) <= step]
+
+
+def train(args, rank: int, world: int, device) -> dict:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)
+    train_ds, test_ds = data.load(args.dataset, args.image_size, args.channels, args.seed, args.synthetic_size)
+    model = build_model(args.model, 10, args.image_size, args.channels).to(device)
+    spec = registry.get(args.compressor)
+    whole = 4 * sum(p.numel() for p in model.parameters()) / 2**20 + 1.0
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+              bucket_cap_mb=max(args.bucket_cap_mb, whole) if spec.single_bucket else args.bucket_cap_mb)
+    state, hook = registry.build(args.compressor, model, None, cli.compressor_options(args))
+    ddp.register_comm_hook(state, hook)
+    in_hook = spec.momentum_in_hook
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.0 if in_hook else args.momentum,
+                          weight_decay=0.0 if in_hook else args.weight_decay)
+    sampler = DistributedSampler(train_ds, num_replicas=world, rank=rank, shuffle=True, seed=args.seed,
+                                 drop_last=True)
+    loader = DataLoader(train_ds, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    if len(loader) == 0:
+        raise GradSAError(f"batch size {args.batch_size} x {world} ranks is larger than the "
+                          f"{len(train_ds)} training examples")
+    total = args.epochs * len(loader)
+    if args.max_steps:
+        total = min(total, args.max_steps)
+
+    start_epoch, step, history = 0, 0, []
+    ckpt = checkpoint.path_for(out, rank)
+    if args.resume:
+        info = checkpoint.load(ckpt, model=model, optimizer=opt, compressor=args.compressor, comp_state=state,
+                               world=world, device=device)
+        start_epoch, step = info["epoch"] + 1, info["step"]
+        history = info["extra"].get("test_acc", [])
+    metrics_path = out / "metrics.csv"
+    writer = fh = None
+    if rank == 0:
+        kept = _csv_rows_upto(metrics_path, step) if args.resume else []
+        fh = open(metrics_path, "w", newline="")
+        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(kept)
+        fh.flush()
+
+    def fwd_bwd(x, y):
+        logits = ddp(x)
+        loss = F.cross_entropy(logits, y)
+        loss.backward()
+        return loss, logits
+
+    step_fn = managers.get(args.manager)(ddp).wrap_step(fwd_bwd)
+    die = os.environ.get(DIE_ENV, "")
+    die_rank, die_step = (int(v) for v in die.split(":")) if die else (-1, -1)
+    watchdog = distenv.Watchdog(rank, args.timeout * 2 + 60)
+    c = state.counter
+    step_times, t_start = [], time.perf_counter()
+    progress = rank == 0 and not args.no_progress
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        progress = False
+    try:
+        for epoch in range(start_epoch, args.epochs):
+            if step >= total:
+                break
+            sampler.set_epoch(epoch)
+            it = tqdm(loader, desc=f"epoch {epoch + 1}/{args.epochs}", leave=False, file=sys.stdout) \
+                if progress else loader
+            for x, y in it:
+                if rank == die_rank and step == die_step:
+                    os._exit(17)
+                t0 = time.perf_counter()
+                lr = lr_at(args, step, total)
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                before = (c.bytes_sent, c.dense_bytes)
+                density = state.density() if hasattr(state, "density") else 1.0
+                opt.zero_grad(set_to_none=True)
+                loss, logits = step_fn(x.to(device), y.to(device))
+                opt.step()
+                dt = time.perf_counter() - t0
+                step += 1
+                step_times.append(dt)
+                sent, dense = c.bytes_sent - before[0], c.dense_bytes - before[1]
+                acc = float((logits.argmax(1) == y.to(device)).float().mean())
+                watchdog.beat(f"step {step}")
+                if writer:
+                    writer.writerow({"step": step, "epoch": epoch, "loss": f"{float(loss.detach()):.5f}", "acc": f"{acc:.4f}",
+                                     "bytes_sent": sent, "dense_bytes": dense,
+                                     "ratio": f"{dense / sent:.2f}" if sent else "", "step_time": f"{dt:.4f}",
+                                     "density": f"{density:.6g}", "lr": f"{lr:.6g}", "test_acc": ""})
+                if progress:
+                    it.set_postfix(loss=f"{float(loss.detach()):.3f}", ratio=f"{c.ratio:.0f}x")
+                if step >= total:
+                    break
+            watchdog.beat(f"epoch {epoch + 1} evaluation")
+            test_acc = evaluate(model, test_ds, rank, world, device)
+            history.append(test_acc)
+            if writer:
+                writer.writerow({"step": step, "epoch": epoch, "test_acc": f"{test_acc:.4f}"})
+                fh.flush()
+                print(f"epoch {epoch + 1}/{args.epochs} step {step} test acc {100 * test_acc:.2f}% "
+                      f"sent {c.bytes_sent / 1e6:.3f} MB / dense {c.dense_bytes / 1e6:.1f} MB "
+                      f"= {c.ratio:.1f}x", flush=True)
+            checkpoint.save(ckpt, model=model, optimizer=opt, compressor=args.compressor, comp_state=state,
+                            epoch=epoch, step=step, world=world, extra={"test_acc": history})
+            watchdog.beat(f"epoch {epoch + 1} checkpoint")
+        digest = params_digest(model)
+        digests = [None] * world
+        dist.all_gather_object(digests, digest)
+        counters = [None] * world
+        dist.all_gather_object(counters, c.snapshot())
+    except Exception as exc:  # after start-up every failure ends this rank at once, exit code 3
+        text = str(exc)
+        hint = "" if isinstance(exc, GradSAError) or not any(
+            w in text for w in ("gloo", "NCCL", "nccl", "Connection", "timed out", "Timeout", "peer")) \
+            else "a collective failed (a peer rank probably died, hung or timed out): "
+        distenv.fail(rank, f"training failed at step {step}: {hint}{text[:800]}")
+    finally:
+        watchdog.stop()
+        if fh:
+            fh.close()
+    n_params = sum(p.numel() for p in model.parameters())
+    summary = {
+        "compressor": args.compressor, "model": args.model, "params": n_params, "dataset": args.dataset,
+        "image_size": args.image_size, "world_size": world, "epochs": args.epochs, "steps": step,
+        "batch_size_per_rank": args.batch_size, "density": getattr(getattr(state, "config", None), "density", None),
+        "warmup_steps": args.warmup_steps, "value_codec": args.value_codec,
+        "final_test_acc": history[-1] if history else None, "test_acc_per_epoch": history,
+        "ratio": c.ratio, "bits_per_param_step": 8 * c.bytes_sent / max(1, n_params * max(1, c.steps)),
+        "counter": c.snapshot(), "counters_all_ranks": counters,
+        "mean_step_time_s": sum(step_times) / len(step_times) if step_times else None,
+        "wall_s": time.perf_counter() - t_start, "params_digest": digest,
+        "params_identical": len(set(digests)) == 1,
+        "args": {k: v for k, v in vars(args).items() if k not in ("resume", "no_progress")},
+        "index_codec_use": dict(getattr(getattr(state, "fmt", None), "index_use", {}) or {}),
+    }
+    if rank == 0:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def main(argv=None) -> int:
+    try:
+        args = cli.parse(argv)
+    except GradSAError as exc:
+        print(f"pimrt.train: error: {exc}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    device, backend = distenv.pick_device(args.device, int(os.environ.get("LOCAL_RANK", 0)))
+    try:
+        rank, world, _ = distenv.init(backend, args.timeout)
+    except Exception as exc:
+        print(f"pimrt.train: error: cannot set up the process group: {exc}", file=sys.stderr)
+        return 2
+    try:
+        summary = train(args, rank, world, device)
+    except GradSAError as exc:
+        print(f"pimrt.train: rank {rank}: error: {exc}", file=sys.stderr, flush=True)
+        os._exit(2)  # peers may be blocked in a collective: do not wait for a clean shutdown
+    if rank == 0:
+        print(f"done: {summary['steps']} steps, test acc {100 * (summary['final_test_acc'] or 0):.2f}%, "
+              f"ratio {summary['ratio']:.1f}x, params identical on all ranks: {summary['params_identical']}",
+              flush=True)
+    dist.destroy_process_group()
+    return 0

@@ -1,0 +1,120 @@
+"""The trainer (python -m pimrt.train / torchrun): bad input, exact resume, mismatch errors,
+a dead rank that makes the others fail fast, and a 2-rank torchrun run."""
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def _env(**extra):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PIMRT_TRAIN_DIE_AT"):
+        env.pop(k, None)
+    env.update(extra)
+    return env
+
+
+def _train(*args, timeout=180, **env):
+    return subprocess.run([PY, "-m", "pimrt.train", "--no-progress", *args], cwd=ROOT, env=_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--compressor", "zip"], "unknown compressor 'zip'; valid: gradsa, dense"),
+    (["--ratio", "0.5"], "impossible compression ratio 0.5"),
+    (["--density", "0"], "impossible density 0"),
+    (["--density", "2"], "impossible density 2"),
+    (["--value-codec", "int3"], "unknown value codec"),
+    (["--manager", "magic"], "unknown memory manager 'magic'"),
+])
+def test_bad_input_fails_before_training(args, match, tmp_path):
+    from pimrt.train.loop import main
+    assert main(args + ["--out", str(tmp_path)]) == 2
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+def test_bad_input_message_from_cli(tmp_path):
+    r = _train("--compressor", "zip", "--out", str(tmp_path), timeout=60)
+    assert r.returncode == 2 and "unknown compressor 'zip'" in r.stderr and "Traceback" not in r.stderr
+
+
+COMMON = ["--model", "tinycnn", "--image-size", "8", "--batch-size", "128", "--density", "0.05",
+          "--warmup-steps", "5", "--lr-schedule", "const"]
+
+
+def test_resume_is_exact_and_mismatch_is_named(tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    r = _train(*COMMON, "--epochs", "2", "--out", str(full))
+    assert r.returncode == 0, r.stderr
+    r = _train(*COMMON, "--epochs", "1", "--out", str(part))
+    assert r.returncode == 0, r.stderr
+    r = _train(*COMMON, "--epochs", "2", "--out", str(part), "--resume")
+    assert r.returncode == 0, r.stderr
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (full, part))
+    assert a["params_digest"] == b["params_digest"]  # model, optimizer, residual, momentum, RNG restored
+    assert a["counter"]["bytes_sent"] == b["counter"]["bytes_sent"]
+    rows = list(csv.DictReader(open(part / "metrics.csv")))
+    steps = [int(x["step"]) for x in rows if x["loss"]]
+    assert steps == list(range(1, a["steps"] + 1))
+    assert set(rows[0]) >= {"step", "epoch", "loss", "acc", "bytes_sent", "dense_bytes", "ratio", "step_time"}
+    assert (part / "checkpoint-rank0.pt").is_file()
+    # a checkpoint that does not match the model: the error names the parameter and both shapes
+    r = _train(*COMMON, "--channels", "1", "--epochs", "3", "--out", str(part), "--resume")
+    assert r.returncode == 2 and "checkpoint does not match the model" in r.stderr, r.stderr
+    assert "'0.weight' has shape (8, 3, 3, 3) in the checkpoint and (8, 1, 3, 3) in the model" in r.stderr
+    r = _train(*COMMON, "--compressor", "dgc", "--epochs", "3", "--out", str(part), "--resume")
+    assert r.returncode == 2 and "compressor 'gradsa'" in r.stderr
+
+
+def test_dead_rank_makes_the_others_fail_fast(tmp_path):
+    world, port = 3, _free_port()
+    procs = []
+    t0 = time.monotonic()
+    for rank in range(world):
+        env = _env(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), PIMRT_TRAIN_DIE_AT="2:3")
+        procs.append(subprocess.Popen([PY, "-m", "pimrt.train", "--no-progress", *COMMON, "--batch-size", "16",
+                                       "--epochs", "5", "--timeout", "10", "--out", str(tmp_path)],
+                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=150))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a rank hung after its peer died")
+    elapsed = time.monotonic() - t0
+    assert procs[2].returncode == 17
+    for rank in (0, 1):
+        assert procs[rank].returncode == 3, outs[rank][1]
+        assert f"rank {rank}: error" in outs[rank][1], outs[rank][1]
+        assert "peer rank died" in outs[rank][1] or "peer rank probably died" in outs[rank][1] \
+            or "no progress" in outs[rank][1]
+    assert elapsed < 150
+
+
+def test_torchrun_two_ranks(tmp_path):
+    r = subprocess.run([PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                        str(_free_port()), "-m", "pimrt.train", "--no-progress", *COMMON, "--epochs", "1",
+                        "--max-steps", "4", "--out", str(tmp_path)],
+                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["world_size"] == 2 and s["steps"] == 4 and s["params_identical"]
+    assert (tmp_path / "checkpoint-rank1.pt").is_file()

@@ -1,0 +1,125 @@
+"""Kernels on the golden model against torch: batch norm forward/backward within stated
+float tolerances, ReLU exact, residual add exact, SGD equal to torch's float32 formula,
+pooling exact."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pimrt.pim import kernels as K
+from pimrt.pim.errors import PimCapacityError
+from pimrt.pim.golden import GoldenBackend
+
+# Batch-norm tolerance: the unit sums per lane in float32 (8 partial sums, added in float64
+# on the host) where torch sums differently, so results differ by rounding only.
+BN_RTOL, BN_ATOL = 1e-4, 1e-5
+
+
+@pytest.fixture
+def g():
+    return GoldenBackend()
+
+
+def _x(shape, seed=0, scale=1.0, shift=0.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale + shift).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape, scale, shift", [((4, 16, 8, 8), 1.0, 0.0),
+                                                 ((3, 5, 7, 9), 3.0, 2.0),
+                                                 ((64, 3), 0.5, -1.0)])
+def test_batchnorm_forward_and_backward_vs_torch(g, shape, scale, shift):
+    x = _x(shape, 1, scale, shift)
+    C = shape[1]
+    gamma = _x(C, 2) * 0.3 + 1.0
+    beta = _x(C, 3)
+    dy = _x(shape, 4)
+    y, mean, invstd = K.batchnorm_forward(g, x, gamma, beta, eps=1e-5)
+    xt = torch.tensor(x, requires_grad=True)
+    gt = torch.tensor(gamma, requires_grad=True)
+    bt = torch.tensor(beta, requires_grad=True)
+    yt = F.batch_norm(xt, None, None, gt, bt, training=True, eps=1e-5)
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=BN_RTOL, atol=BN_ATOL)
+    dims = tuple(i for i in range(x.ndim) if i != 1)
+    np.testing.assert_allclose(mean, x.mean(axis=dims, dtype=np.float64), rtol=1e-5, atol=1e-6)
+    yt.backward(torch.tensor(dy))
+    dx, dgamma, dbeta = K.batchnorm_backward(g, x, dy, gamma, mean, invstd)
+    scale_dx = np.abs(xt.grad.numpy()).max()
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=BN_RTOL, atol=BN_ATOL * scale_dx)
+    np.testing.assert_allclose(dgamma, gt.grad.numpy(), rtol=BN_RTOL, atol=BN_ATOL * x.size)
+    np.testing.assert_allclose(dbeta, bt.grad.numpy(), rtol=BN_RTOL, atol=BN_ATOL * x.size)
+
+
+def test_relu_exact(g):
+    x = _x((2, 8, 5, 5), 5)
+    x.ravel()[:6] = [0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45]
+    y, mask = K.relu_forward(g, x)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.relu(xt)
+    assert (y.view(np.uint32) == yt.detach().numpy().view(np.uint32)).all()   # -0 stays -0
+    dy = _x(x.shape, 6)
+    yt.backward(torch.tensor(dy))
+    dx = K.relu_backward(g, mask, dy)
+    assert (dx.view(np.uint32) == xt.grad.numpy().view(np.uint32)).all()
+    assert (mask == (x > 0)).all()
+
+
+def test_residual_add_exact(g):
+    a, b = _x(1000, 7), _x(1000, 8)
+    y = K.residual_add(g, a, b)
+    assert (y == (torch.tensor(a) + torch.tensor(b)).numpy()).all()
+
+
+def test_sgd_equals_torch_float32_formula(g):
+    w, grad, v = _x(777, 9), _x(777, 10), _x(777, 11)
+    lr, mom, wd = 0.05, 0.9, 1e-4
+    w2, v2 = K.sgd_update(g, w, grad, v, lr=lr, momentum=mom, weight_decay=wd)
+    wt, gt, vt = (torch.tensor(a) for a in (w, grad, v))
+    d = gt + wt * wd                      # torch: d_p.add(param, alpha=wd)
+    vt = vt * mom + d                     # buf.mul_(momentum).add_(d_p)
+    wt = wt - lr * vt                     # param.add_(buf, alpha=-lr)
+    assert (v2 == vt.numpy()).all()
+    assert (w2 == wt.numpy()).all()
+
+
+def test_sgd_close_to_torch_optimizer(g):
+    w, grad, v = _x(300, 12), _x(300, 13), _x(300, 14)
+    p = torch.nn.Parameter(torch.tensor(w))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9, weight_decay=1e-3)
+    opt.state[p]["momentum_buffer"] = torch.tensor(v)
+    p.grad = torch.tensor(grad)
+    opt.step()
+    w2, v2 = K.sgd_update(g, w, grad, v, lr=0.1, momentum=0.9, weight_decay=1e-3)
+    np.testing.assert_allclose(w2, p.detach().numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(v2, opt.state[p]["momentum_buffer"].numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_pooling_vs_torch(g):
+    x = _x((3, 12, 6, 10), 15)
+    xt = torch.tensor(x, requires_grad=True)
+    assert (K.avgpool2_forward(g, x) == F.avg_pool2d(xt, 2).detach().numpy()).all()
+    assert (K.maxpool2_forward(g, x) == F.max_pool2d(xt, 2).detach().numpy()).all()
+    dy = _x((3, 12, 3, 5), 16)
+    F.avg_pool2d(xt, 2).backward(torch.tensor(dy))
+    assert (K.avgpool2_backward(g, dy, x.shape) == xt.grad.numpy()).all()
+    xt.grad = None
+    F.max_pool2d(xt, 2).backward(torch.tensor(dy))
+    assert (K.maxpool2_backward_host(x, dy) == xt.grad.numpy()).all()
+
+
+def test_odd_sizes_crop_like_torch(g):
+    x = _x((1, 3, 5, 7), 17)
+    assert (K.avgpool2_forward(g, x) == F.avg_pool2d(torch.tensor(x), 2).numpy()).all()
+
+
+def test_big_buffers_are_chunked(g):
+    small = GoldenBackend(rows=8, cols=32)          # 256 columns
+    x = _x(10_000, 18)
+    r = K.run_stream(small, "relu_fwd", {"x": x})
+    assert (r.outputs["y"] == np.maximum(x, 0)).all()
+    assert r.chunks == -(-10_000 // (8 * (256 // 3 // 15 * 15)))   # several runs
+
+
+def test_image_too_big_for_bank_is_refused():
+    tiny = GoldenBackend(rows=2, cols=32)
+    with pytest.raises(PimCapacityError, match="one image needs"):
+        K.avgpool2_forward(tiny, _x((1, 8, 16, 16), 19))

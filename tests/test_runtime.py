@@ -1,0 +1,153 @@
+"""The co-execution runtime: schedule properties over random small CNNs (hypothesis), timing
+through memctl, functional equality with torch, and bad input."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from torch import nn
+
+from pimrt.errors import ConfigError
+from pimrt.graph import capture
+from pimrt.memctl import load_part
+from pimrt.runtime.schedule import build_schedule
+from pimrt.runtime.timing import time_step
+
+
+class Block(nn.Module):
+    def __init__(self, c, residual):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(c)
+        self.residual = residual
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        return torch.relu(x + y if self.residual else y)
+
+
+def small_cnn(widths, residual, pool, classes=10):
+    layers = [nn.Conv2d(3, widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]),
+              nn.ReLU()]
+    c = widths[0]
+    for w, r in zip(widths, residual):
+        if w != c:
+            layers += [nn.Conv2d(c, w, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU()]
+            c = w
+        layers.append(Block(c, r))
+        if pool:
+            layers.append(nn.MaxPool2d(2) if pool == "max" else nn.AvgPool2d(2))
+            pool = None
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, classes)]
+    return nn.Sequential(*layers)
+
+
+@st.composite
+def cnns(draw):
+    depth = draw(st.integers(1, 3))
+    widths = draw(st.lists(st.sampled_from([4, 8, 16]), min_size=depth, max_size=depth))
+    residual = draw(st.lists(st.booleans(), min_size=depth, max_size=depth))
+    pool = draw(st.sampled_from([None, "max", "avg"]))
+    return small_cnn(widths, residual, pool)
+
+
+@settings(max_examples=20)
+@given(model=cnns(), groups=st.sampled_from([1, 2, 4]), batch=st.sampled_from([1, 2]))
+def test_schedule_runs_every_op_once_after_its_inputs(model, groups, batch):
+    g = capture(model, (batch, 3, 8, 8))
+    s = build_schedule(g, groups)
+    keys = [(t.layer, t.kind, t.phase, t.group) for t in s.tasks]
+    assert len(keys) == len(set(keys))                        # every op exactly once
+    position = {t.id: i for i, t in enumerate(s.tasks)}
+    for t in s.tasks:
+        assert all(position[d] < position[t.id] for d in t.deps)   # inputs first
+    for layer in g.nodes:                                     # every compute layer forward
+        if layer.kind in ("conv", "linear", "batchnorm", "relu", "add", "maxpool", "avgpool"):
+            fwd = [t for t in s.tasks if t.layer == layer.name and t.phase == "fwd"]
+            assert fwd and len({t.group for t in fwd}) == len(fwd)
+    # a PIM task of group g waits (directly or not) for the host task that wrote group g
+    by_id = {t.id: t for t in s.tasks}
+    for t in s.tasks:
+        if t.side == "pim" and t.phase == "fwd" and t.group >= 0:
+            seen, todo = set(), list(t.deps)
+            while todo:
+                d = todo.pop()
+                if d not in seen:
+                    seen.add(d)
+                    todo += by_id[d].deps
+            same = [by_id[d] for d in seen if by_id[d].side == "host" and by_id[d].group >= 0
+                    and by_id[d].groups == t.groups]
+            if same:
+                assert any(h.group == t.group for h in same)
+
+
+@settings(max_examples=6)
+@given(model=cnns(), groups=st.sampled_from([2, 4]),
+       policy=st.sampled_from(["bank_partition", "authority"]))
+def test_timed_tasks_respect_dependencies(model, groups, policy):
+    g = capture(model, (2, 3, 8, 8))
+    serial = time_step(g, "serial")
+    run = time_step(g, policy, groups)
+    for r in (serial, run):
+        assert (r.start >= 0).all() and (r.end >= r.start).all()
+        for t in r.schedule.tasks:
+            for d in t.deps:
+                assert r.start[t.id] >= r.end[d]              # no task starts before its inputs
+    # serial: host and PIM take turns, never overlapping
+    iv = sorted((int(serial.start[t.id]), int(serial.end[t.id]), t.side)
+                for t in serial.schedule.tasks)
+    for (s0, e0, a), (s1, e1, b) in zip(iv, iv[1:]):
+        if a != b:
+            assert s1 >= e0
+
+
+def test_authority_never_shares_a_channel_in_a_real_step():
+    from pimrt.memctl import CommandLog, Controller, Options
+    from pimrt.memctl.checker import check_command_log
+    from pimrt.runtime.placement import place_step
+    from pimrt.runtime.timing import task_stream
+    from pimrt.runtime.work import context
+    import io
+    g = capture(small_cnn([8, 8], [False, True], "max"), (2, 3, 8, 8))
+    part = load_part("hbm2_pim")
+    ctx = context(g, part, place_step(g, part))
+    buf = io.StringIO()
+    ctl = Controller(part, Options(policy="authority"), cmdlog=CommandLog(buf))
+    for recs in task_stream(build_schedule(g, 2), ctx, rule=True):
+        ctl.feed(recs)
+    ctl.finish()
+    assert ctl.stats()["mode_switches"] > 0
+    assert check_command_log(buf.getvalue(), part, policy="authority") == []
+
+
+def test_speedup_over_serial_on_a_resnet():
+    from pimrt import zoo
+    g = capture(zoo.build("resnet18", input_size=32, device="meta"), (8, 3, 32, 32))
+    serial = time_step(g, "serial")
+    co = time_step(g, "authority", 4)
+    assert co.makespan < serial.makespan                      # co-execution pays off
+    assert co.busy("host") + co.busy("pim") > co.makespan     # the two sides overlapped
+
+
+def test_functional_step_matches_torch():
+    from pimrt.runtime.functional import check_step
+    r = check_step("resnet_cifar_20", 2, 32, "golden", groups=2)
+    assert r["loss_abs_diff"] < 1e-5
+    assert r["max_grad_rel_diff"] < 1e-4
+    assert r["max_param_rel_diff"] < 1e-4
+    assert r["groups_equal"]
+    t = check_step("resnet_cifar_20", 2, 32, "torch", groups=2)
+    assert t["max_grad_rel_diff"] == 0.0
+
+
+def test_bad_groups_and_too_big_model_fail_before_work():
+    from pimrt.runtime import session
+    from pimrt.runtime.placement import place_step
+    g = capture(small_cnn([8], [False], None), (2, 3, 8, 8))
+    with pytest.raises(ConfigError, match="does not divide"):
+        build_schedule(g, 3)
+    from pimrt import zoo
+    big = capture(zoo.build("vgg16", device="meta"), (256, 3, 224, 224))
+    with pytest.raises(ConfigError, match="do not fit"):
+        place_step(big, load_part("hbm2_pim"))
+    with pytest.raises(ConfigError, match="batch"):
+        session.captured("resnet18", 0, 32)
