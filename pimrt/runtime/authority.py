@@ -4,11 +4,11 @@ A CONV on the host asks for r requests per cycle per channel (its DRAM requests 
 compute time). While the PIM holds a channel the host's requests wait in its queue; the queue
 (queue_depth entries) fills in queue_depth / r cycles, after which the host stalls. So:
 
-- the PIM's epoch cap is half that time (clamped to [2 x switch cost, 4000] cycles): the PIM
-  gets long epochs when the host is compute-bound and short ones when it streams;
-- the host takes the channel back once it has r x switch_cost / 2 requests waiting (at least
-  1, at most half the queue): enough that the switch pays for itself;
-- an epoch lasts at least one switch cost, so neither side ping-pongs;
+- the PIM's epoch cap is that time (clamped to [4 x switch cost, 4000] cycles): the PIM gets
+  long epochs when the host is compute-bound and short ones when it streams;
+- the host takes the channel back once it has r x switch_cost requests waiting (at least 1, at
+  most half the queue): what arrives during one switch, so the switch pays for itself;
+- an epoch lasts at least two switch costs, so neither side ping-pongs;
 - the PIM's watermarks stay at their defaults (its requests are bulk streams).
 
 switch_cost = tRP (precharge all) + 2 x mode_switch_cycles (in and out of PIM mode).
@@ -29,6 +29,6 @@ def layer_parameters(part: Part, host_requests: int, host_compute_cycles: int) -
     chans = part.channel_count
     r = host_requests / max(host_compute_cycles, 1) / chans       # requests / cycle / channel
     fill = q / r if r > 0 else 1e9
-    cap = int(min(4000, max(2 * cost, fill / 2)))
-    hwm = int(min(q // 2, max(1, round(r * cost / 2))))
-    return {"epoch_cap": cap, "host_high_watermark": hwm, "min_epoch": cost}
+    cap = int(min(4000, max(4 * cost, fill)))
+    hwm = int(min(q // 2, max(1, round(r * cost))))
+    return {"epoch_cap": cap, "host_high_watermark": hwm, "min_epoch": 2 * cost}

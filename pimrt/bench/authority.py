@@ -1,0 +1,57 @@
+"""The authority policy's per-layer parameter rule against fixed parameters and against an
+exhaustive search over a grid, on small training steps, side by side in one run."""
+from __future__ import annotations
+
+import itertools
+import json
+import pathlib
+
+HELP = ("authority parameters: the per-layer rule vs fixed defaults vs an exhaustive grid "
+        "search (epoch cap x host high watermark) on small CNN training steps")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--models", default="resnet_cifar_20,resnet18",
+                   help="zoo models (32x32 inputs)")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--groups", type=int, default=4)
+    p.add_argument("--caps", default="100,200,400,800,1600,3200")
+    p.add_argument("--hwms", default="1,2,4,8,16,24")
+    p.add_argument("--json", type=pathlib.Path, default=None)
+
+
+def run(args) -> int:
+    from pimrt.graph import capture
+    from pimrt import zoo
+    from pimrt.runtime.timing import time_step
+
+    caps = [int(c) for c in args.caps.split(",")]
+    hwms = [int(h) for h in args.hwms.split(",")]
+    rows = []
+    print(f"{'model':<18}{'serial':>12}{'fixed':>12}{'rule':>12}{'grid best':>12}"
+          f"{'(cap, hwm)':>14}{'rule/best':>10}{'grid runs':>10}")
+    for m in args.models.split(","):
+        g = capture(zoo.build(m, input_size=32, device="meta"), (args.batch, 3, 32, 32))
+        serial = time_step(g, "serial").makespan
+        fixed = time_step(g, "authority", args.groups, rule=False).makespan
+        rule = time_step(g, "authority", args.groups, rule=True).makespan
+        grid = {}
+        for cap, hwm in itertools.product(caps, hwms):
+            grid[(cap, hwm)] = time_step(g, "authority", args.groups, rule=False,
+                                         options={"epoch_cap": cap, "host_high_watermark": hwm,
+                                                  "min_epoch": 0}).makespan
+        best = min(grid, key=grid.get)
+        row = {"model": m, "batch": args.batch, "serial": serial, "fixed": fixed, "rule": rule,
+               "grid_best": grid[best], "grid_best_params": list(best),
+               "grid": {f"{c},{h}": v for (c, h), v in grid.items()},
+               "speedup_rule": serial / rule, "speedup_fixed": serial / fixed,
+               "speedup_grid_best": serial / grid[best]}
+        rows.append(row)
+        print(f"{m:<18}{serial:>12,}{fixed:>12,}{rule:>12,}{grid[best]:>12,}"
+              f"{str(best):>14}{rule / grid[best]:>10.3f}{len(grid):>10}", flush=True)
+    for r in rows:
+        print(f"{r['model']}: speedup over serial: fixed {r['speedup_fixed']:.3f}x, rule "
+              f"{r['speedup_rule']:.3f}x, grid best {r['speedup_grid_best']:.3f}x (cycles)")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
