@@ -85,12 +85,13 @@ def _split(n: int, groups: int) -> list[tuple[int, int]]:
 
 
 def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
-                   update: bool = True) -> Schedule:
+                   update: bool = True, split=None) -> Schedule:
     """Tasks of one training step (forward, loss, backward, SGD update).
 
     groups: output-channel groups of every CONV (must divide their output channels);
     pipelined=False gives the serial baseline's task graph (one group, every task waits for
-    the whole previous step)."""
+    the whole previous step). split(layer) -> bool, when given, says which CONVs are split
+    (the others run whole: see pimrt.runtime.timing.split_rule)."""
     if groups < 1:
         raise ConfigError(f"groups must be >= 1, got {groups}")
     if graph.batch < 1:
@@ -141,6 +142,8 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         if kind in HOST_COMPUTE:
             cout = layer.attrs.get("out_channels", layer.attrs.get("out_features", 1))
             ng = groups if kind == "conv" or cout % groups == 0 else 1
+            if split is not None and not split(layer):
+                ng = 1
             prod[name] = []
             for g, (lo, hi) in enumerate(_split(cout, ng)):
                 deps = [d for i in ins for d in deps_for(i, -1, 0)]

@@ -96,6 +96,22 @@ def task_stream(schedule: Schedule, ctx, rule: bool = False):
         yield np.concatenate(parts)
 
 
+def split_rule(part, host_part):
+    """Which CONVs to split into output-channel groups: those whose arithmetic intensity
+    (FLOPs per byte of input, output and weights) is above twice the host's ridge point
+    (sustained FLOP/s over the memory's peak bandwidth). A memory-bound CONV would re-read its
+    input once per group for little overlap, so it runs whole."""
+    from pimrt.host import load_host_part
+    hp = load_host_part(host_part)
+    ridge = hp.sustained_flops / (part.peak_bandwidth_gbs * 1e9)
+
+    def split(layer) -> bool:
+        moved = sum(int(np.prod(s)) for s in layer.input_shapes) * layer.itemsize + layer.bytes \
+            + layer.param_bytes
+        return layer.flops / max(moved, 1) >= 2 * ridge
+    return split
+
+
 def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
               part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
               options: dict | None = None, rule: bool | None = None) -> StepTiming:
@@ -108,7 +124,8 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     p = load_part(part) if isinstance(part, str) else part
     placement = place_step(graph, p)
     pipelined = policy != "serial"
-    schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined)
+    schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
+                              split=split_rule(p, host_part) if pipelined else None)
     ctx = context(graph, p, placement, host_part, policy)
     opts = Options(policy=policy, issue_width=issue_width, **(options or {}))
     ctl = Controller(p, opts)

@@ -1,0 +1,766 @@
+"""Layrub on real torch training: offload + prefetch of saved feature maps, ReLU masks,
+shared-storage de-duplication, a reference-counted host block pool, and an independent
+accounting of the device bytes autograd keeps for backward.
+
+Mechanism (see docs/layrub.md):
+
+* ``torch.autograd.graph.saved_tensors_hooks(pack, unpack)`` sees every tensor autograd
+  saves for backward. ``pack`` decides, per tensor:
+
+  - parameter / buffer storage: returned untouched (not a feature map);
+  - ReLU's saved output (``reuse``): replaced by a 1-bit (or 1-byte) mask ``not (y <= 0)``;
+    ``unpack`` returns ``mask.to(dtype)``, for which ``threshold_backward`` gives bit-identical
+    gradients (it only tests ``y <= 0``). ReLU6 / Hardtanh the same with ``lo < y < hi``;
+  - a feature map of at least ``min_offload_bytes`` (``offload``): copied into a block of the
+    host pool (pinned, on a side CUDA stream, on CUDA), the device tensor is no longer held
+    by autograd and is freed as soon as forward drops it, i.e. once it has no forward reader
+    left;
+  - anything else: kept on the device (accounted).
+
+  Several saves of the same storage (a ReLU output read by the next conv and by a shortcut)
+  share one handle: one pool block, one copy each way (reference counting).
+* Module forward pre-hooks number the leaf modules (layers) and say which module is running.
+  In backward, ``unpack`` of a layer-``L`` tensor starts the copy back of the offloaded tensors
+  of the ``prefetch_distance`` previous layers, so they arrive one layer ahead of their use;
+  a handle's device copy dies with the handle, i.e. right after the backward of its last
+  reader.
+* On CUDA the copies run on a side stream; the side stream waits for the compute stream
+  before reading a feature map, the compute stream waits for the copy event before using a
+  fetched tensor, and ``Tensor.record_stream`` keeps the caching allocator from handing a
+  block still read or written by the side stream to another tensor.
+* On CPU the same plan runs synchronously: the host pool is a separate preallocated buffer,
+  so the bytes autograd keeps in the "device" tensors really drop.
+"""
+from __future__ import annotations
+
+import bisect
+import contextlib
+import math
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+from pimrt.layrub.errors import (LayrubBudgetError, LayrubError, LayrubUnsupportedError,
+                                 LayrubWarning, fmt_bytes, parse_bytes)
+from pimrt.layrub.pool import HostPool, align
+
+_SHIFTS_CACHE: dict[torch.device, torch.Tensor] = {}
+
+
+def _shifts(device: torch.device) -> torch.Tensor:
+    s = _SHIFTS_CACHE.get(device)
+    if s is None:
+        s = _SHIFTS_CACHE[device] = torch.arange(8, dtype=torch.uint8, device=device)
+    return s
+
+
+def pack_bits(mask: torch.Tensor) -> torch.Tensor:
+    """A bool tensor -> uint8 tensor of ceil(numel / 8) bytes (bit k of byte i = element 8i+k)."""
+    flat = mask.reshape(-1)
+    pad = (-flat.numel()) % 8
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    b = flat.view(-1, 8).to(torch.uint8) << _shifts(flat.device)
+    return b.sum(1, dtype=torch.uint8)
+
+
+def unpack_bits(bits: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """Inverse of :func:`pack_bits`: a bool tensor of ``shape``."""
+    n = math.prod(shape)
+    out = (bits.unsqueeze(1) >> _shifts(bits.device)) & 1
+    return out.view(-1)[:n].view(shape).bool()
+
+
+# --------------------------------------------------------------------------------------
+# accounting
+# --------------------------------------------------------------------------------------
+@dataclass
+class StepStats:
+    """What one step held and moved. Bytes are device bytes unless named host."""
+
+    saved_peak_bytes: int = 0          # peak device bytes held for backward (distinct storages)
+    saved_end_of_forward_bytes: int = 0
+    host_peak_bytes: int = 0           # peak bytes of offloaded maps in the host pool
+    offloaded_bytes: int = 0           # device -> host traffic
+    fetched_bytes: int = 0             # host -> device traffic
+    offloaded_tensors: int = 0
+    prefetch_hits: int = 0             # fetched ahead of the unpack
+    prefetch_misses: int = 0           # fetched synchronously at the unpack
+    masks: int = 0
+    masks_dropped: int = 0             # masks freed because the full output is kept anyway
+    mask_bytes: int = 0                # device bytes of the ReLU masks (at their peak sum)
+    mask_saved_bytes: int = 0          # full-size bytes the masks stand in for
+    kept_tensors: int = 0
+    dedup_hits: int = 0                # saves that re-used an existing handle
+    fallback_saves: int = 0            # saves in a region without reuse (unsupported op)
+    layers: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+class _Acct:
+    """Device bytes held because autograd saved them: distinct storages of kept tensors, ReLU
+    masks, fetched copies and expanded masks while alive."""
+
+    def __init__(self, budget: int | None = None):
+        self.cur = 0
+        self.peak = 0
+        self.budget = budget
+        self.storages: dict[Any, list[int]] = {}     # key -> [refs, bytes]
+
+    def add(self, n: int) -> None:
+        self.cur += n
+        if self.cur > self.peak:
+            self.peak = self.cur
+            if self.budget is not None and self.cur > self.budget:
+                raise LayrubBudgetError(
+                    f"device feature-map budget exceeded: {self.cur:,} B "
+                    f"({fmt_bytes(self.cur)}) held for backward, budget {self.budget:,} B "
+                    f"({fmt_bytes(self.budget)})", needed=self.cur, budget=self.budget)
+
+    def sub(self, n: int) -> None:
+        self.cur -= n
+
+    def hold_storage(self, key: Any, nbytes: int) -> None:
+        e = self.storages.get(key)
+        if e is None:
+            self.storages[key] = [1, nbytes]
+            self.add(nbytes)
+        else:
+            e[0] += 1
+
+    def drop_storage(self, key: Any) -> None:
+        e = self.storages.get(key)
+        if e is None:
+            return
+        e[0] -= 1
+        if e[0] == 0:
+            del self.storages[key]
+            self.sub(e[1])
+
+
+# --------------------------------------------------------------------------------------
+# packed handles
+# --------------------------------------------------------------------------------------
+class _Keep:
+    __slots__ = ("t", "acct", "skey", "layers", "__weakref__")
+
+    def __init__(self, t, acct, skey, layer):
+        self.t = t
+        self.acct = acct
+        self.skey = skey
+        self.layers = [layer]
+
+    def __del__(self):
+        try:
+            self.acct.drop_storage(self.skey)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class _Mask:
+    """A ReLU/ReLU6 output saved as a mask. ``held``: device bytes this handle accounts."""
+
+    __slots__ = ("bits", "shape", "dtype", "lo", "hi", "nbytes", "full_bytes", "acct",
+                 "layers", "full", "held", "__weakref__")
+
+    def __del__(self):
+        try:
+            self.acct.sub(self.held)
+        except Exception:
+            pass
+
+    def drop_for(self, full: torch.Tensor) -> None:
+        """The full output is kept on the device by another save anyway (and accounted
+        there): use it and free the mask; the mask only pays when nothing else keeps it."""
+        self.full = full
+        self.bits = None
+        self.acct.sub(self.held)
+        self.held = 0
+
+    def expand(self) -> torch.Tensor:
+        """A tensor for which the backward gives the gradient of the real output, bit for bit;
+        it replaces the mask (the bits are freed) until the handle dies after the backward."""
+        if self.full is not None:
+            return self.full
+        if self.bits.dtype == torch.bool:
+            m = self.bits
+        else:
+            m = unpack_bits(self.bits, self.shape)
+        if self.lo is None:          # ReLU: threshold_backward tests y <= 0
+            out = m.to(self.dtype)
+        else:                        # Hardtanh/ReLU6: tests y <= lo or y >= hi
+            mid = torch.tensor((self.lo + self.hi) / 2, dtype=self.dtype, device=m.device)
+            lo = torch.tensor(self.lo, dtype=self.dtype, device=m.device)
+            out = torch.where(m, mid, lo)
+        self.acct.sub(self.held)
+        self.acct.add(self.full_bytes)
+        self.held = self.full_bytes
+        self.bits = None
+        self.full = out
+        return out
+
+
+class _Host:
+    __slots__ = ("rt", "block", "shape", "dtype", "nbytes", "dev", "event", "layers",
+                 "__weakref__")
+
+    def __del__(self):
+        try:
+            rt = self.rt
+            if self.dev is not None:
+                rt.acct.sub(self.nbytes)
+                self.dev = None
+            if self.block is not None:
+                rt._release_block(self.block)
+                self.block = None
+        except Exception:
+            pass
+
+
+class _Dry:
+    """What pack returns during the meta dry run (never unpacked)."""
+    __slots__ = ()
+
+
+# --------------------------------------------------------------------------------------
+# the runtime
+# --------------------------------------------------------------------------------------
+class Layrub:
+    """Layrub for an ordinary torch model. Use one object per model; each ``with`` block
+    (or :meth:`step`, :meth:`train_step`) is one training step::
+
+        lr = Layrub(model, input_shape=(64, 3, 32, 32), host_budget="4GB")
+        for x, y in loader:
+            opt.zero_grad()
+            with lr:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+            opt.step()
+        print(lr.stats)            # StepStats of the last step
+
+    ``offload``: move saved feature maps to host memory and bring them back one layer (or
+    ``prefetch_distance`` layers) ahead of backward. ``reuse``: ReLU/ReLU6 masks instead of
+    saved outputs (``relu_mask="bit"`` or ``"byte"``); shared storages are always saved once.
+    ``host_budget``: bytes (or "4GB") the host pool may use; checked before training when
+    ``input_shape`` is given (the offloaded bytes are measured by a dry run of the model on
+    the meta device). ``device_budget``: fail (LayrubBudgetError) when the device bytes held
+    for backward would exceed it (simulated device memory on CPU). ``strict``: refuse a model
+    with an op the planner cannot analyse, naming the node; otherwise that region runs with
+    no reuse and no offload, with a :class:`LayrubWarning`.
+    """
+
+    def __init__(self, model: nn.Module, *, input_shape: Iterable[int] | None = None,
+                 offload: bool = True, reuse: bool = True, relu_mask: str = "bit",
+                 prefetch_distance: int = 1, host_budget: int | str | None = None,
+                 device_budget: int | str | None = None, min_offload_bytes: int = 64 * 1024,
+                 strict: bool = False, capture_graph: bool = True):
+        if relu_mask not in ("bit", "byte"):
+            raise LayrubError(f"relu_mask must be 'bit' or 'byte', got {relu_mask!r}")
+        if not isinstance(prefetch_distance, int) or prefetch_distance < 0:
+            raise LayrubError(f"prefetch_distance must be an integer >= 0, got "
+                              f"{prefetch_distance!r}")
+        if min_offload_bytes < 0:
+            raise LayrubError(f"min_offload_bytes must be >= 0, got {min_offload_bytes}")
+        self.model = model
+        self.offload = bool(offload)
+        self.reuse = bool(reuse)
+        self.relu_mask = relu_mask
+        self.prefetch_distance = prefetch_distance
+        self.host_budget = parse_bytes(host_budget)
+        self.device_budget = parse_bytes(device_budget)
+        self.min_offload_bytes = int(min_offload_bytes)
+        self.strict = strict
+        p = next(iter(model.parameters()), None)
+        self.device = p.device if p is not None else torch.device("cpu")
+        self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
+        self.side_stream = torch.cuda.Stream(device=self.device) if self.cuda else None
+        self.graph = None
+        self.fallback_modules: set[str] = set()
+        self.fallback_nodes: list[str] = []
+        self.estimate: dict[str, int] | None = None
+        self.pool: HostPool | None = None
+        self.acct = _Acct(self.device_budget)
+        self.stats = StepStats()
+        self.history: list[StepStats] = []
+        self._hooks: list[Any] = []
+        self._saved_hooks = None
+        self._names = {m: n for n, m in model.named_modules()}
+        self._reset_step_state()
+        if input_shape is not None:
+            self.prepare(tuple(input_shape), capture_graph=capture_graph)
+
+    # -- preparation: graph, unsupported ops, dry run, budget check ----------------------
+    def prepare(self, input_shape: tuple[int, ...], capture_graph: bool = True) -> dict[str, int]:
+        """Analyse the model for ``input_shape`` before training: capture its layer graph
+        (unsupported ops -> error naming the node in strict mode, else no-reuse regions with a
+        warning), dry-run one forward pass on the meta device to measure what would be
+        offloaded and kept, check the host budget (LayrubBudgetError naming the bytes needed)
+        and preallocate the host pool. Returns the estimate."""
+        if capture_graph:
+            self._capture(input_shape)
+        est = self._dry_run(input_shape)
+        self.estimate = est
+        if est is None:
+            return {}
+        if self.offload:
+            need = est["host_bytes"]
+            if self.host_budget is not None and need > self.host_budget:
+                raise LayrubBudgetError(
+                    f"host memory budget too small for the offloaded feature maps: "
+                    f"{need:,} B ({fmt_bytes(need)}) needed for input {tuple(input_shape)}, "
+                    f"budget {self.host_budget:,} B ({fmt_bytes(self.host_budget)})",
+                    needed=need, budget=self.host_budget)
+            if self.pool is None or self.pool.capacity < need:
+                self.pool = HostPool(capacity=max(need, 1), max_bytes=self.host_budget,
+                                     pinned=self.cuda)
+        if self.device_budget is not None and est["device_bytes"] > self.device_budget:
+            raise LayrubBudgetError(
+                f"device feature-map budget too small: this plan keeps about "
+                f"{est['device_bytes']:,} B ({fmt_bytes(est['device_bytes'])}) for backward "
+                f"at input {tuple(input_shape)}, budget {self.device_budget:,} B "
+                f"({fmt_bytes(self.device_budget)})", needed=est["device_bytes"],
+                budget=self.device_budget)
+        return est
+
+    def _capture(self, input_shape):
+        from pimrt.graph import GraphError, UnsupportedOpError, UnsupportedOpWarning, capture
+        try:
+            self.graph = capture(self.model, input_shape)
+            return
+        except UnsupportedOpError as exc:
+            if self.strict:
+                raise LayrubUnsupportedError(f"Layrub cannot plan this model: {exc}") from exc
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UnsupportedOpWarning)
+                try:
+                    self.graph = capture(self.model, input_shape, allow_unsupported=True)
+                except GraphError as exc2:
+                    warnings.warn(f"Layrub: no layer graph ({exc2}); running without a plan "
+                                  f"and without reuse for unknown ops", LayrubWarning,
+                                  stacklevel=3)
+                    return
+            bad = [n for n in self.graph.nodes if n.kind == "host_fallback"]
+            self.fallback_nodes = [n.name for n in bad]
+            self.fallback_modules = {n.module_path for n in bad}
+            warnings.warn(
+                "Layrub: op(s) the planner cannot analyse: "
+                + ", ".join(f"{n.name!r} ({n.target}, in module {n.module_path or '<root>'!r})"
+                            for n in bad)
+                + "; their module regions run with no reuse and no offload",
+                LayrubWarning, stacklevel=3)
+        except GraphError as exc:
+            if self.strict:
+                raise LayrubUnsupportedError(f"Layrub cannot plan this model: {exc}") from exc
+            warnings.warn(f"Layrub: could not capture the model ({exc}); running without a "
+                          f"plan", LayrubWarning, stacklevel=3)
+
+    def _dry_run(self, input_shape) -> dict[str, int] | None:
+        state = {}
+        for name, t in list(self.model.named_parameters()) + list(self.model.named_buffers()):
+            state[name] = torch.empty_like(t, device="meta").requires_grad_(t.requires_grad)
+        self._meta_params = {t._cdata for t in state.values()}
+        x = torch.empty(input_shape, device="meta")
+        self._dry = {"host_bytes": 0, "device_bytes": 0, "offloaded": 0, "masks": 0,
+                     "kept": 0, "baseline_bytes": 0, "layers": {}}
+        self._dry_seen: set = set()
+        self._dry_refs: list = []
+        self._reset_step_state()
+        training = self.model.training
+        try:
+            with self._session(dry=True):
+                torch.func.functional_call(self.model, state, (x,))
+        except LayrubError:
+            raise
+        except Exception as exc:       # an op with no meta kernel, a shape error...
+            warnings.warn(f"Layrub: dry run on the meta device failed ({type(exc).__name__}: "
+                          f"{exc}); no budget check before training, the pool grows on demand",
+                          LayrubWarning, stacklevel=3)
+            return None
+        finally:
+            self.model.train(training)
+            self._reset_step_state()
+            self._dry_refs = []
+        d = self._dry
+        d.pop("mask_keys", None)
+        per_layer = sorted(d.pop("layers").items())
+        window = 0
+        k = self.prefetch_distance + 1
+        for i in range(len(per_layer)):
+            window = max(window, sum(b for _, b in per_layer[i: i + k]))
+        d["device_bytes"] += window
+        return d
+
+    # -- context manager -------------------------------------------------------------------
+    def __enter__(self) -> "Layrub":
+        self._begin()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._end()
+
+    def step(self) -> "Layrub":
+        """``with lr.step(): ...`` (same as ``with lr: ...``)."""
+        return self
+
+    def train_step(self, optimizer: torch.optim.Optimizer, loss_fn: Callable, x: torch.Tensor,
+                   target: torch.Tensor, set_to_none: bool = True) -> torch.Tensor:
+        """One ordinary training step under Layrub: zero_grad, forward, loss, backward,
+        optimizer.step. Returns the loss (detached)."""
+        if self.estimate is None and self.graph is None:
+            self.prepare(tuple(x.shape))
+        optimizer.zero_grad(set_to_none=set_to_none)
+        with self:
+            loss = loss_fn(self.model(x), target)
+            loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    @contextlib.contextmanager
+    def _session(self, dry: bool):
+        self._dry_mode = dry
+        self._install_module_hooks()
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        hooks.__enter__()
+        try:
+            yield
+        finally:
+            hooks.__exit__(None, None, None)
+            self._remove_module_hooks()
+            self._dry_mode = False
+
+    def _begin(self) -> None:
+        if self._saved_hooks is not None:
+            raise LayrubError("Layrub step already active (nested `with`?)")
+        self._reset_step_state()
+        self.stats = StepStats()
+        self.acct.peak = self.acct.cur
+        if self.pool is None and self.offload:
+            self.pool = HostPool(capacity=None, max_bytes=self.host_budget, pinned=self.cuda)
+        if self.pool is not None:
+            self.pool.reset_peak()
+        self._param_keys = self._storage_keys()     # parameters/buffers: never offloaded
+        self._install_module_hooks()
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._saved_hooks.__enter__()
+
+    def _end(self) -> None:
+        if self._saved_hooks is not None:
+            self._saved_hooks.__exit__(None, None, None)
+            self._saved_hooks = None
+        self._remove_module_hooks()
+        if self.cuda:
+            self.side_stream.synchronize()
+        s = self.stats
+        s.saved_peak_bytes = self.acct.peak
+        if self.pool is not None:
+            s.host_peak_bytes = self.pool.peak_in_use
+        s.layers = self._layer
+        self.history.append(s)
+
+    def _reset_step_state(self) -> None:
+        self._layer = 0
+        self._mod_stack: list[nn.Module] = []
+        self._handles: dict = {}
+        self._relu_seen: dict = {}
+        self._masks: dict = {}
+        self._by_layer: dict[int, list[weakref.ref]] = {}
+        self._layer_ids: list[int] = []
+        self._cursor = math.inf
+        self._forward_done = False
+        self._dry_mode = getattr(self, "_dry_mode", False)
+
+    @staticmethod
+    def _seen(table: dict, key, t) -> bool:
+        ref = table.get(key)
+        return ref is not None and ref() is t
+
+    def _storage_keys(self) -> set[int]:
+        keys = set()
+        for t in list(self.model.parameters()) + list(self.model.buffers()):
+            if t.device.type != "meta":
+                keys.add(t.untyped_storage().data_ptr())
+        return keys
+
+    def _install_module_hooks(self) -> None:
+        if self._hooks:
+            return
+        for m in self.model.modules():
+            leaf = next(iter(m.children()), None) is None
+            self._hooks.append(m.register_forward_pre_hook(self._pre_hook(leaf)))
+            self._hooks.append(m.register_forward_hook(self._post_hook))
+
+    def _remove_module_hooks(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def _pre_hook(self, leaf: bool):
+        def hook(module, args):
+            if leaf:
+                self._layer += 1
+            self._mod_stack.append(module)
+        return hook
+
+    def _post_hook(self, module, args, output):
+        if self._mod_stack and self._mod_stack[-1] is module:
+            self._mod_stack.pop()
+
+    # -- pack / unpack -------------------------------------------------------------------
+    def _classify(self, t: torch.Tensor, meta: bool):
+        """-> (action, key, storage key, nbytes). action: param | mask | host | keep."""
+        if meta:
+            base = t._base if t._base is not None else t
+            if t._cdata in self._meta_params or base._cdata in self._meta_params:
+                return "param", None, None, 0
+            skey = ("meta", base._cdata)
+        else:
+            sk = t.untyped_storage().data_ptr()
+            if sk in self._param_keys:
+                return "param", None, None, 0
+            skey = (sk, t.device)
+        key = (skey, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype, t._version)
+        nbytes = t.numel() * t.element_size()
+        mod = self._mod_stack[-1] if self._mod_stack else None
+        if mod is not None and self.fallback_modules and \
+                self._names.get(mod) in self.fallback_modules:
+            return "fallback", key, skey, nbytes
+        if self.reuse and t.is_floating_point():
+            gf = t.grad_fn
+            if gf is not None and gf.name().startswith("ReluBackward") and \
+                    not self._seen(self._relu_seen, key, t):
+                self._relu_seen[key] = weakref.ref(t)
+                return "relu", key, skey, nbytes
+            if isinstance(mod, nn.Hardtanh) and float(mod.min_val) < float(mod.max_val):
+                return "hardtanh", key, skey, nbytes
+        if self.offload and nbytes >= self.min_offload_bytes and nbytes > 0 \
+                and t.is_contiguous():
+            return "host", key, skey, nbytes
+        return "keep", key, skey, nbytes
+
+    def _pack(self, t: torch.Tensor):
+        meta = t.device.type == "meta"
+        action, key, skey, nbytes = self._classify(t, meta)
+        if action == "param":
+            return t
+        layer = self._layer
+        if self._dry_mode:
+            return self._pack_dry(t, action, key, skey, nbytes, layer)
+        s = self.stats
+        if action in ("relu", "hardtanh"):
+            return self._pack_mask(t, action, key, nbytes, layer)
+        entry = self._handles.get((action, key))
+        h = None
+        if entry is not None and entry[0]() is t:
+            h = entry[1]()
+        if h is not None:
+            s.dedup_hits += 1
+            if not h.layers or h.layers[-1] != layer:
+                h.layers.append(layer)
+                if action == "host":
+                    self._index(h, layer)
+            return h
+        if action == "host":
+            h = self._pack_host(t, nbytes, layer)
+        else:
+            if action == "fallback":
+                s.fallback_saves += 1
+            s.kept_tensors += 1
+            h = _Keep(t, self.acct, skey, layer)
+            self.acct.hold_storage(skey, t.untyped_storage().nbytes())
+            entry = self._masks.get(key)
+            if entry is not None and entry[0]() is t:
+                mh = entry[1]()
+                if mh is not None and mh.full is None:
+                    mh.drop_for(t)
+                    s.masks_dropped += 1
+        # de-duplication key -> (the saved tensor, its handle), both weak: a key whose tensor
+        # has died may name a new tensor at the same address and must not match
+        self._handles[(action, key)] = (weakref.ref(t), weakref.ref(h))
+        return h
+
+    def _pack_dry(self, t, action, key, skey, nbytes, layer):
+        d = self._dry
+        self._dry_refs.append(t)          # meta tensors: no memory, but keeps their ids unique
+        k = (action, key)
+        if k in self._dry_seen:
+            return _Dry()
+        self._dry_seen.add(k)
+        if ("base", skey) not in self._dry_seen:
+            self._dry_seen.add(("base", skey))
+            d["baseline_bytes"] += nbytes
+        if action == "host":
+            d["host_bytes"] += align(nbytes)
+            d["offloaded"] += 1
+            d["layers"][layer] = d["layers"].get(layer, 0) + nbytes
+        elif action in ("relu", "hardtanh"):
+            nb = math.ceil(t.numel() / 8) if self.relu_mask == "bit" else t.numel()
+            d["device_bytes"] += nb
+            d["masks"] += 1
+            d.setdefault("mask_keys", {})[key] = nb
+        else:
+            nb = d.get("mask_keys", {}).pop(key, 0)
+            if action != "host" and nb:
+                d["device_bytes"] -= nb            # the mask is dropped at run time
+            if ("dev", skey) not in self._dry_seen:
+                self._dry_seen.add(("dev", skey))
+                d["device_bytes"] += nbytes
+            d["kept"] += 1
+        return _Dry()
+
+    def _pack_mask(self, t, action, key, nbytes, layer):
+        s = self.stats
+        h = _Mask()
+        with torch.no_grad():
+            if action == "relu":
+                m = torch.le(t, 0).logical_not_()
+                h.lo = h.hi = None
+            else:
+                mod = self._mod_stack[-1]
+                h.lo, h.hi = float(mod.min_val), float(mod.max_val)
+                m = torch.logical_or(torch.le(t, h.lo), torch.ge(t, h.hi)).logical_not_()
+            h.bits = pack_bits(m) if self.relu_mask == "bit" else m
+        h.shape = tuple(t.shape)
+        h.dtype = t.dtype
+        h.nbytes = h.bits.numel() * h.bits.element_size()
+        h.full_bytes = nbytes
+        h.acct = self.acct
+        h.layers = [layer]
+        h.full = None
+        h.held = h.nbytes
+        self.acct.add(h.nbytes)
+        self._masks[key] = (weakref.ref(t), weakref.ref(h))
+        s.masks += 1
+        s.mask_bytes += h.nbytes
+        s.mask_saved_bytes += nbytes
+        return h
+
+    def _pack_host(self, t, nbytes, layer):
+        s = self.stats
+        h = _Host()
+        h.rt = self
+        h.dev = None
+        h.event = None
+        h.block = None
+        h.shape = tuple(t.shape)
+        h.dtype = t.dtype
+        h.nbytes = nbytes
+        h.layers = [layer]
+        h.block = self.pool.alloc(nbytes)
+        dst = self.pool.view(h.block, nbytes)
+        src = t.detach().reshape(-1).view(torch.uint8)
+        if self.cuda:
+            main = torch.cuda.current_stream(self.device)
+            side = self.side_stream
+            side.wait_stream(main)             # the map is written before we read it
+            with torch.cuda.stream(side):
+                dst.copy_(src, non_blocking=True)
+            src.record_stream(side)            # not reused by the allocator before the copy
+            ev = torch.cuda.Event()
+            ev.record(side)
+            h.event = ev
+        else:
+            dst.copy_(src)
+        s.offloaded_bytes += nbytes
+        s.offloaded_tensors += 1
+        self._index(h, layer)
+        return h
+
+    def _index(self, h, layer) -> None:
+        lst = self._by_layer.get(layer)
+        if lst is None:
+            lst = self._by_layer[layer] = []
+            bisect.insort(self._layer_ids, layer)
+        lst.append(weakref.ref(h))
+
+    def _release_block(self, block) -> None:
+        # all pool traffic is ordered on the side stream, so a block freed here is never
+        # overwritten before the copy that reads it has run
+        self.pool.free(block)
+
+    def _fetch(self, h: _Host, sync: bool) -> None:
+        dst = torch.empty(h.shape, dtype=h.dtype, device=self.device)
+        src = self.pool.view(h.block, h.nbytes)
+        if self.cuda:
+            main = torch.cuda.current_stream(self.device)
+            side = self.side_stream
+            side.wait_stream(main)             # dst's memory is free on the compute stream
+            with torch.cuda.stream(side):
+                dst.reshape(-1).view(torch.uint8).copy_(src, non_blocking=True)
+            dst.record_stream(side)
+            ev = torch.cuda.Event()
+            ev.record(side)
+            h.event = ev
+        else:
+            dst.reshape(-1).view(torch.uint8).copy_(src)
+            h.event = None
+        h.dev = dst
+        self.acct.add(h.nbytes)
+        self.stats.fetched_bytes += h.nbytes
+
+    def _unpack(self, h):
+        if isinstance(h, torch.Tensor):
+            return h
+        if type(h) is _Keep:
+            self._advance(h.layers)
+            return h.t
+        if type(h) is _Mask:
+            self._advance(h.layers)
+            return h.expand()
+        if type(h) is _Dry:
+            raise LayrubError("backward through a Layrub dry run")
+        L = self._advance(h.layers)
+        if h.dev is None:
+            self._fetch(h, sync=True)
+            self.stats.prefetch_misses += 1
+        else:
+            self.stats.prefetch_hits += 1
+        self._prefetch_below(L)
+        if self.cuda and h.event is not None:
+            torch.cuda.current_stream(self.device).wait_event(h.event)
+        return h.dev
+
+    def _advance(self, layers: list[int]) -> int:
+        if not self._forward_done:
+            self._forward_done = True
+            self.stats.saved_end_of_forward_bytes = self.acct.cur
+        below = [l for l in layers if l <= self._cursor]
+        L = max(below) if below else max(layers)
+        if L < self._cursor:
+            self._cursor = L
+        return L
+
+    def _prefetch_below(self, L: int) -> None:
+        if not self.offload or self.prefetch_distance == 0:
+            return
+        i = bisect.bisect_left(self._layer_ids, L)
+        for j in range(i - 1, max(-1, i - 1 - self.prefetch_distance), -1):
+            for ref in self._by_layer[self._layer_ids[j]]:
+                h = ref()
+                if h is not None and h.dev is None and h.block is not None:
+                    self._fetch(h, sync=False)
+
+
+# --------------------------------------------------------------------------------------
+# convenience
+# --------------------------------------------------------------------------------------
+def measure_saved(model: nn.Module, **kwargs) -> Layrub:
+    """A Layrub that changes nothing (no offload, no reuse) and only accounts the device bytes
+    autograd keeps: the baseline figure. ``with measure_saved(model) as m: ...``;
+    ``m.stats.saved_peak_bytes``."""
+    kwargs.setdefault("capture_graph", False)
+    return Layrub(model, offload=False, reuse=False, **kwargs)
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable,
+               x: torch.Tensor, target: torch.Tensor, layrub: Layrub | None = None,
+               **kwargs) -> torch.Tensor:
+    """One training step of ``model`` under Layrub (a new :class:`Layrub` with ``kwargs``
+    unless one is passed). Returns the loss."""
+    lr = layrub or Layrub(model, input_shape=tuple(x.shape), **kwargs)
+    return lr.train_step(optimizer, loss_fn, x, target)
