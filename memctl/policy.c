@@ -31,8 +31,12 @@ static int authority_hand_over(const mc_sim *sim, const channel *c, tick t, tick
     *wake = NEVER;
     if (qx == 0) return 0;
     if (qo == 0) return 1;
-    if (c->epoch_served == 0) return 0; /* woken again when the owner serves a request */
     tick age = t - c->epoch_start;
+    if (age >= sim->epoch_cap) return 1; /* bounded waiting, even for an owner that is stuck */
+    if (c->epoch_served == 0) {          /* woken when it serves a request, or at the cap */
+        *wake = c->epoch_start + sim->epoch_cap;
+        return 0;
+    }
     if (age < sim->min_epoch) {
         *wake = c->epoch_start + sim->min_epoch;
         return 0;

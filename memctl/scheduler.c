@@ -182,7 +182,7 @@ static int step_switch(mc_sim *sim, channel *c, tick t, tick *wake)
  * once the write buffer reaches the high watermark, or holds more than the low watermark
  * while the command queues are empty, the whole buffer moves, and reads wait until it has.
  * Writes below the low watermark also drain once nothing else may come: at the end of the
- * trace, at a barrier, or while an event waits for them. */
+ * trace, at a barrier, while an event waits for them, or while the PIM waits for the channel. */
 static int command_queues_empty(const channel *c) { return !(c->pending_mask[0] | c->pending_mask[1]); }
 
 static void update_drain(const mc_sim *sim, channel *c)
@@ -190,7 +190,8 @@ static void update_drain(const mc_sim *sim, channel *c)
     if (c->drain_left > 0) return;
     int w = c->txq_count[DIR_WR];
     if (w == 0) return;
-    int waiting = (sim->fe_done || sim->fe_barrier || sim->npending) &&
+    int waiting = (sim->fe_done || sim->fe_barrier || sim->npending ||
+                   c->qcount[MC_PIM][0] + c->qcount[MC_PIM][1] > 0) &&
                   c->qcount[MC_HOST][DIR_RD] == 0;
     if (w >= sim->cfg.write_high || (command_queues_empty(c) && (w > sim->cfg.write_low || waiting)))
         c->drain_left = w;

@@ -21,6 +21,9 @@ def register(subparsers) -> None:
     p.add_argument("--functional", default="golden",
                    help="run the step for real with the PIM ops on this backend first: golden, "
                         "rtl, torch, or none")
+    p.add_argument("--layrub", action="store_true",
+                   help="Layrub manages the feature maps: its offload and prefetch traffic goes "
+                        "through memctl (both the run and the serial baseline)")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results"))
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -49,9 +52,12 @@ def run(args) -> int:
               f"{f['loss_abs_diff']:.3g}, max grad rel. diff {f['max_grad_rel_diff']:.3g}, "
               f"groups agree: {f['groups_equal']}  ({f['wall_s']:.1f} s, torch step "
               f"{f['torch_wall_s']:.2f} s)")
-    serial = session.timed(graph, "serial", 1, args.part, args.host_part, args.quiet, "serial")
+    meta["layrub"] = args.layrub
+    serial = session.timed(graph, "serial", 1, args.part, args.host_part, args.quiet, "serial",
+                           args.layrub)
     run = serial if args.policy == "serial" else session.timed(
-        graph, args.policy, args.groups, args.part, args.host_part, args.quiet, args.policy)
+        graph, args.policy, args.groups, args.part, args.host_part, args.quiet, args.policy,
+        args.layrub)
     s = report.write_all(run, serial, meta, out)
     print(f"{args.model} batch {args.batch} {args.input}x{args.input}: {args.policy} "
           f"{s['step_ms']:.3f} ms vs serial {s['serial_step_ms']:.3f} ms -> speedup "

@@ -30,12 +30,12 @@ def preflight(graph, part: str, groups: int) -> None:
 
 
 def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,
-          desc: str = ""):
+          desc: str = "", layrub: bool = False):
     from tqdm import tqdm
     bar = tqdm(unit="rec", unit_scale=True, desc=desc or policy, disable=quiet or None,
                file=sys.stderr, leave=False)
     try:
         return time_step(graph, policy, groups, part=part, host_part=host_part,
-                         progress=bar.update)
+                         progress=bar.update, layrub=layrub)
     finally:
         bar.close()

@@ -15,8 +15,8 @@ from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import Schedule, build_schedule
 from pimrt.runtime.work import context, task_records
 from pimrt.runtime.authority import layer_parameters
-from pimrt.trace.records import (BARRIER, DELAY, HOST, PARAM, PARAM_IDS, PIM, RECORD_DTYPE, SIGNAL, WAIT,
-                                 WRITE)
+from pimrt.trace.records import (BARRIER, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ, RECORD_DTYPE,
+                                 SIGNAL, WAIT, WRITE)
 
 FEED_RECORDS = 1 << 20
 
@@ -73,7 +73,41 @@ def _params(values: dict) -> np.ndarray:
     return out
 
 
-def task_stream(schedule: Schedule, ctx, rule: bool = False):
+def layrub_transfers(schedule: Schedule, ctx) -> dict[int, list]:
+    """Layrub's offloads and prefetches (pimrt.layrub.plan) as host DMA requests: a feature
+    map leaving the device is read from the DRAM after the last forward task of the layer at
+    which Layrub offloads it; one coming back is written into the DRAM after the last backward
+    task of the layer at which Layrub prefetches it (one layer ahead of its use). Returns task
+    id -> [(op, region, bytes)] to emit after that task."""
+    from pimrt.layrub import plan
+    p = plan(schedule.graph, schedule.graph.batch)
+    last: dict[tuple[str, str], int] = {}
+    for t in schedule.tasks:
+        last[(t.layer, "forward" if t.phase == "fwd" else "backward")] = t.id
+    out: dict[int, list] = {}
+    pl = ctx.placement
+    for ev in p.traffic():
+        tid = last.get((ev["name"], ev["phase"]))
+        key = f"act:{ev['tensor']}"
+        if tid is None or key not in pl.regions:
+            continue
+        out.setdefault(tid, []).append((READ if ev["direction"] == "out" else WRITE, pl[key],
+                                        int(ev["bytes"])))
+    return out
+
+
+def _dma(transfers) -> np.ndarray:
+    parts = []
+    for op, region, nbytes in transfers:
+        n = max(1, -(-nbytes // 64))
+        r = np.zeros(n, RECORD_DTYPE)
+        r["addr"] = np.uint64(region.base) + np.arange(n, dtype=np.uint64) * np.uint64(64)
+        r["op"], r["requestor"] = op, HOST
+        parts.append(r)
+    return np.concatenate(parts) if parts else np.zeros(0, RECORD_DTYPE)
+
+
+def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | None = None):
     """Yield record arrays: for each task, WAITs for its dependencies (their data must have
     landed: requests completed, not just offered), a SIGNAL at its start (event 2 id), its
     work, a SIGNAL at its end (event 2 id + 1). With rule, each host CONV/linear task first
@@ -93,6 +127,8 @@ def task_stream(schedule: Schedule, ctx, rule: bool = False):
         parts.append(_marker(SIGNAL, who, 2 * t.id))
         parts.append(work)
         parts.append(_marker(SIGNAL, who, 2 * t.id + 1))
+        if transfers and t.id in transfers:
+            parts.append(_dma(transfers[t.id]))
         yield np.concatenate(parts)
 
 
@@ -114,11 +150,13 @@ def split_rule(part, host_part):
 
 def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
               part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
-              options: dict | None = None, rule: bool | None = None) -> StepTiming:
+              options: dict | None = None, rule: bool | None = None,
+              layrub: bool = False) -> StepTiming:
     """Time one training step of `graph` (captured at its batch) under `policy`. The serial
     policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
     on for authority unless options fix the parameters) sets the authority parameters per
-    layer (pimrt.runtime.authority)."""
+    layer (pimrt.runtime.authority). layrub: Layrub's offload and prefetch traffic goes
+    through memctl too (pimrt.runtime.timing.layrub_transfers)."""
     if rule is None:
         rule = policy == "authority" and not options
     p = load_part(part) if isinstance(part, str) else part
@@ -131,7 +169,8 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     ctl = Controller(p, opts)
     wall = time.perf_counter()
     buf, size, total = [], 0, 0
-    for recs in task_stream(schedule, ctx, rule):
+    transfers = layrub_transfers(schedule, ctx) if layrub else None
+    for recs in task_stream(schedule, ctx, rule, transfers):
         buf.append(recs)
         size += len(recs)
         if size >= FEED_RECORDS:

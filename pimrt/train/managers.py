@@ -17,7 +17,17 @@ class NoManager:
         return step_fn
 
 
-MANAGERS = {"none": NoManager}
+def _laysa(model):
+    from pimrt.laysa.manager import LaySAManager
+    return LaySAManager(model)
+
+
+def _layrub(model):
+    from pimrt.laysa.manager import LayrubManager
+    return LayrubManager(model)
+
+
+MANAGERS = {"none": NoManager, "layrub": _layrub, "laysa": _laysa}
 
 
 def get(name: str):

@@ -1,0 +1,288 @@
+"""`pimrt bench laysa`: GradSA alone, Layrub alone (dense exchange), the two naively combined,
+and LaySA, side by side on the same data-parallel task (gloo ranks on this machine).
+
+Memory (the "device" bytes a GPU would hold; same accounting for every variant, see
+pimrt/laysa/ledger.py): tensors autograd keeps for backward (Layrub's accounting: distinct
+storages; without Layrub, torch's own saves), parameter gradients while alive, GradSA's
+residual and momentum on the device (SGD's momentum buffers for the dense Layrub run), DDP's
+flat bucket buffers (one model's worth: GradSA alone, Layrub alone, naive), LaySA's per-layer
+payloads and decoded update. One timeline per step, the peak of the sum is reported (rank 0,
+a steady-state step). Parameters themselves (the same in every variant) are listed apart.
+Cross-check: the process's peak RSS over the step (VmHWM, pimrt.layrub.memory.PeakMemory);
+on CPU the offloaded bytes stay in the same RAM (host pool), so RSS does not drop with them.
+
+Largest batch within --budget: the ledger's peak is measured at two batch sizes, the batch
+that fits is predicted from the (linear) fit and verified by a real step; on a miss, bisection
+between the largest batch that fitted and the smallest that did not, by real steps, to within
+1/16 (at most 10 steps). Throughput: images per second (all
+ranks) at that batch, from the measured step time. --budget auto = GradSA alone's peak at
+--batch (GradSA fits exactly --batch).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from datetime import timedelta
+
+HELP = ("LaySA vs GradSA alone, Layrub alone and naive Layrub+GradSA: peak memory, step time, "
+        "largest batch in a budget, throughput")
+VARIANTS = ("gradsa", "layrub", "naive", "laysa")
+
+
+def add_arguments(p) -> None:
+    a = p.add_argument
+    a("--model", default="resnet18", help="pimrt.zoo CIFAR-form model or tinycnn (default resnet18)")
+    a("--image-size", type=int, default=16)
+    a("--batch", type=int, default=4, help="per-rank batch for the side-by-side step (default 4)")
+    a("--nproc", type=int, default=2, help="ranks (processes)")
+    a("--steps", type=int, default=2, help="timed steps per measurement (after one warm-up step)")
+    a("--density", type=float, default=0.001)
+    a("--budget", default="auto", help="device budget per rank for the largest-batch search "
+      "(e.g. 96MB; auto: GradSA alone's peak at --batch)")
+    a("--max-batch", type=int, default=128, help="cap of the largest-batch search")
+    a("--variants", default=",".join(VARIANTS))
+    a("--no-search", action="store_true", help="skip the largest-batch search")
+    a("--json", dest="json_file", default=None, help="write rows and settings as JSON")
+
+
+# ------------------------------------------------------------------------------------------
+# one rank
+# ------------------------------------------------------------------------------------------
+class _GradTracker:
+    """Ledger bytes of dense param.grad: added when a gradient appears, removed at zero_grad."""
+
+    def __init__(self, params, ledger):
+        self.ledger, self.held = ledger, {}
+        self.hooks = [p.register_post_accumulate_grad_hook(self._hook) for p in params]
+
+    def _hook(self, p):
+        if id(p) not in self.held and p.grad is not None:
+            n = p.grad.numel() * p.grad.element_size()
+            self.held[id(p)] = n
+            self.ledger.add("grad", n)
+
+    def reset(self):
+        for n in self.held.values():
+            self.ledger.sub("grad", n)
+        self.held = {}
+
+    def close(self):
+        for h in self.hooks:
+            h.remove()
+
+
+class _Runner:
+    def __init__(self, variant, args, rank):
+        import torch
+        from torch import nn
+        from pimrt.gradsa import GradSAState, SparseConfig, gradsa_hook
+        from pimrt.laysa import LaySA, Ledger, LedgerAcct
+        from pimrt.layrub import Layrub
+        from pimrt.train.models import build_model
+
+        torch.manual_seed(0)
+        self.variant, self.rank = variant, rank
+        self.model = build_model(args.model, 10, args.image_size, 3)
+        self.param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        cfg = SparseConfig(density=args.density, warmup_steps=0)
+        self.laysa = self.tracker = self.layrub = None
+        if variant == "laysa":
+            opt_m = 0.0
+            self.net = self.model
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.0)
+            self.laysa = LaySA(self.model, config=cfg, optimizer=self.opt)
+            self.ledger = self.laysa.ledger
+            return
+        self.ledger = Ledger()
+        self.net = nn.parallel.DistributedDataParallel(self.model)
+        self.state = None
+        if variant in ("gradsa", "naive"):
+            self.state = GradSAState(self.model, None, cfg)
+            self.net.register_comm_hook(self.state, gradsa_hook)
+            opt_m = 0.0
+        else:
+            opt_m = 0.9
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=opt_m)
+        use = variant in ("layrub", "naive")
+        self.layrub = Layrub(self.model, offload=use, reuse=use, capture_graph=False)
+        self.layrub.acct = LedgerAcct(self.ledger)
+        self.tracker = _GradTracker(list(self.model.parameters()), self.ledger)
+        self.ledger.set("comm", self.param_bytes)          # DDP's bucket buffers
+
+    def _persistent(self):
+        if self.state is not None:
+            u = sum(ps.u.numel() * ps.u.element_size() for ps in self.state.store.params.values())
+            v = sum(ps.v.numel() * ps.v.element_size() for ps in self.state.store.params.values())
+            self.ledger.set("momentum", u)
+            self.ledger.set("residual", v)
+        else:
+            m = sum(s["momentum_buffer"].numel() * 4 for s in self.opt.state.values()
+                    if s.get("momentum_buffer") is not None)
+            self.ledger.set("momentum", m)
+
+    def step(self, x, y, measure_rss=False):
+        import torch
+        from pimrt.layrub.memory import PeakMemory
+        F = torch.nn.functional
+        self.opt.zero_grad(set_to_none=True)
+        if self.tracker is not None:
+            self.tracker.reset()
+            self._persistent()
+        self.ledger.reset_peak()
+        mem = PeakMemory("cpu") if measure_rss else None
+        t0 = time.perf_counter()
+        if mem:
+            mem.__enter__()
+        ctx = self.laysa if self.laysa is not None else self.layrub
+        with ctx:
+            F.cross_entropy(self.net(x), y).backward()
+        self.opt.step()
+        dt = time.perf_counter() - t0
+        if mem:
+            mem.__exit__(None, None, None)
+        return dt, self.ledger.peak, dict(self.ledger.at_peak), (mem.peak if mem else None)
+
+    def measure(self, batch, steps, seed=0, rss=True):
+        import torch
+        g = torch.Generator().manual_seed(seed + self.rank)
+        out = []
+        for i in range(steps + 1):
+            x = torch.randn(batch, 3, self.args_size, self.args_size, generator=g)
+            y = torch.randint(0, 10, (batch,), generator=g)
+            out.append(self.step(x, y, measure_rss=rss and i > 0))
+        timed = out[1:]
+        best = max(timed, key=lambda r: r[1])
+        return {"batch": batch, "step_s": statistics.median(r[0] for r in timed),
+                "peak_bytes": best[1], "at_peak": best[2],
+                "rss_peak_bytes": max((r[3] or 0) for r in timed)}
+
+    def close(self):
+        if self.laysa is not None:
+            self.laysa.close()
+        if self.tracker is not None:
+            self.tracker.close()
+
+
+def _worker(rank, world, init_file, args, out_file):
+    import torch
+    import torch.distributed as dist
+    from pimrt.layrub.errors import parse_bytes
+    from pimrt.layrub.memory import tune_malloc
+    torch.set_num_threads(1)
+    tune_malloc()
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=600))
+    variants = [v for v in args.variants.split(",") if v]
+    rows = {}
+    for v in variants:
+        r = _Runner(v, args, rank)
+        r.args_size = args.image_size
+        rows[v] = r.measure(args.batch, args.steps)
+        rows[v]["param_bytes"] = r.param_bytes
+        if not args.no_search:
+            rows[v]["b2"] = r.measure(2 * args.batch, 1, rss=False)
+        r.close()
+        del r
+    budget = None
+    if not args.no_search:
+        if args.budget == "auto":
+            budget = rows["gradsa"]["peak_bytes"] if "gradsa" in rows else rows[variants[0]]["peak_bytes"]
+        else:
+            budget = parse_bytes(args.budget)
+        # the same budget on every rank: the largest of the ranks' choices must fit everywhere
+        for v in variants:
+            a, b = rows[v], rows[v].pop("b2")
+            per = max(1.0, (b["peak_bytes"] - a["peak_bytes"]) / args.batch)
+            fixed = a["peak_bytes"] - per * args.batch
+            guess = int((budget - fixed) // per)
+            guess = max(0, min(args.max_batch, guess))
+            t = torch.tensor([guess], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            bt, lo, hi = int(t), 0, None
+            found = None
+            r = _Runner(v, args, rank)
+            r.args_size = args.image_size
+            for _ in range(10):            # bisection between the largest fit and the smallest miss
+                if bt <= lo:
+                    break
+                m = r.measure(bt, 1, seed=7, rss=False)
+                ok = torch.tensor([int(m["peak_bytes"] <= budget)])
+                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+                if int(ok):
+                    found, lo = m, bt
+                    if bt >= args.max_batch or hi is None or hi - lo <= max(1, lo // 16):
+                        break
+                    bt = (lo + hi) // 2
+                else:
+                    hi = bt
+                    bt = (lo + hi) // 2
+            r.close()
+            del r
+            rows[v]["max_batch"] = found["batch"] if found else 0
+            rows[v]["max_batch_step_s"] = found["step_s"] if found else None
+            rows[v]["max_batch_peak_bytes"] = found["peak_bytes"] if found else None
+            rows[v]["throughput"] = (world * found["batch"] / found["step_s"]) if found else 0.0
+    if rank == 0:
+        with open(out_file, "w") as f:
+            json.dump({"rows": rows, "budget": budget}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------------------
+def _mib(n):
+    return f"{n / 2**20:.2f}" if n is not None else "-"
+
+
+def run(args) -> int:
+    import torch.multiprocessing as mp
+    from pimrt.errors import PimrtError
+    from pimrt.layrub.errors import parse_bytes
+
+    bad = [v for v in args.variants.split(",") if v and v not in VARIANTS]
+    if bad:
+        raise PimrtError(f"unknown variant {bad[0]!r}; valid: {', '.join(VARIANTS)}")
+    if args.batch < 1 or args.nproc < 1 or args.steps < 1:
+        raise PimrtError("--batch, --nproc and --steps must be >= 1")
+    if args.budget != "auto":
+        parse_bytes(args.budget)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "rows.json")
+        mp.spawn(_worker, args=(args.nproc, os.path.join(d, "init"), args, out), nprocs=args.nproc,
+                 join=True)
+        with open(out) as f:
+            res = json.load(f)
+    rows, budget = res["rows"], res["budget"]
+    base = rows.get("gradsa")
+    print(f"{args.model} at {args.image_size}x{args.image_size}, {args.nproc} ranks (gloo, CPU), "
+          f"batch {args.batch} per rank, density {args.density}; parameters "
+          f"{_mib(next(iter(rows.values()))['param_bytes'])} MiB (not counted below)")
+    hdr = (f"{'variant':8} {'peak MiB':>9} {'saved':>8} {'grad':>7} {'res+mom':>8} {'comm':>7} "
+           f"{'upd':>6} {'vs GradSA':>9} {'RSS MiB':>8} {'step s':>7}")
+    if budget is not None:
+        hdr += f" {'max batch':>9} {'img/s':>7} {'vs GradSA':>9}"
+    print(hdr)
+    for v, r in rows.items():
+        a = r["at_peak"]
+        line = (f"{v:8} {_mib(r['peak_bytes']):>9} {_mib(a['saved']):>8} {_mib(a['grad']):>7} "
+                f"{_mib(a['residual'] + a['momentum']):>8} {_mib(a['comm']):>7} {_mib(a['update']):>6} "
+                f"{(100 * (r['peak_bytes'] / base['peak_bytes'] - 1) if base else 0):>+8.1f}% "
+                f"{_mib(r['rss_peak_bytes']):>8} {r['step_s']:>7.3f}")
+        if budget is not None:
+            gain = 100 * (r["throughput"] / base["throughput"] - 1) if base and base["throughput"] else 0
+            mb = (">=" if r["max_batch"] >= args.max_batch else "") + str(r["max_batch"])
+            line += f" {mb:>9} {r['throughput']:>7.1f} {gain:>+8.1f}%"
+        print(line)
+    if budget is not None:
+        print(f"budget {_mib(budget)} MiB per rank ({args.budget}); largest batch searched up to "
+              f"{args.max_batch} (>=: capped there, the real limit is higher)")
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    if args.json_file:
+        with open(args.json_file, "w") as f:
+            json.dump({"settings": {k: v for k, v in vars(args).items() if k != "func"},
+                       "budget": budget, "rows": rows}, f, indent=2)
+    return 0
