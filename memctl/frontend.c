@@ -115,6 +115,8 @@ static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t l
         if (c->txq_tail[dir] >= 0) c->slots[c->txq_tail[dir]].next = s; else c->txq_head[dir] = s;
         c->txq_tail[dir] = s;
         c->txq_count[dir]++;
+        c->txq_nb[dir][b]++;
+        c->txq_banks[dir] |= 1ull << b;
     } else {
         if (c->pim_tail >= 0) c->slots[c->pim_tail].next = s; else c->pim_head = s;
         c->scan_valid = 0; /* a new PIM head can be a candidate */

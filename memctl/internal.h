@@ -75,6 +75,9 @@ typedef struct channel {
     int32_t txq_head[2], txq_tail[2]; /* host transaction queues (read queue, write buffer) */
     int txq_count[2];
     int drain_left;            /* writes still to move in the current write drain */
+    uint16_t txq_nb[2][MC_MAX_BANKS]; /* transaction-queue entries per bank */
+    uint64_t txq_banks[2];     /* banks with entries in each transaction queue */
+    uint64_t full_mask;        /* banks whose command queue is full */
     uint64_t pending_mask[2];  /* banks with host reads / writes in their command queues */
     uint64_t open_mask;        /* banks with an open row */
     uint64_t dirty_mask;       /* banks whose choice must be recomputed */

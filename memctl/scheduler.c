@@ -206,6 +206,7 @@ static void bank_candidates(const mc_sim *sim, channel *c, const levels *lv, int
 static int move_dir(const mc_sim *sim, channel *c, int dir)
 {
     int limit = sim->cfg.bank_queue_depth;
+    if (!(c->txq_banks[dir] & ~c->full_mask)) return 0; /* every waiting bank is full */
     int32_t prev = -1;
     for (int32_t h = c->txq_head[dir]; h >= 0; prev = h, h = c->slots[h].next) {
         req *q = &c->slots[h];
@@ -220,6 +221,8 @@ static int move_dir(const mc_sim *sim, channel *c, int dir)
         if (bk->tail[dir] >= 0) c->slots[bk->tail[dir]].next = h; else bk->head[dir] = h;
         bk->tail[dir] = h;
         bk->count[dir]++;
+        if (--c->txq_nb[dir][q->bank] == 0) c->txq_banks[dir] &= ~(1ull << q->bank);
+        if (limit > 0 && bk->count[0] + bk->count[1] >= limit) c->full_mask |= 1ull << q->bank;
         c->dirty_mask |= 1ull << q->bank;
         c->pending_mask[dir] |= 1ull << q->bank;
         if (dir == DIR_WR) c->drain_left--;
@@ -344,13 +347,17 @@ static void bank_candidates(const mc_sim *sim, channel *c, const levels *lv, int
     }
 }
 
-static void host_candidates(const mc_sim *sim, channel *c, tick t, cand *best, tick *wake)
+enum { WANT_COL = 1, WANT_ROW = 2 };
+
+static void host_candidates(const mc_sim *sim, channel *c, tick t, cand *best, tick *wake,
+                            int want)
 {
     levels lv;
     choose_dirty(sim, c);
     rank_levels(sim, c, &lv);
     /* column commands and precharges: few banks at a time */
-    uint64_t m = c->col_mask[0] | c->col_mask[1] | c->pre_mask;
+    uint64_t m = ((want & WANT_COL) ? c->col_mask[0] | c->col_mask[1] : 0) |
+                 ((want & WANT_ROW) ? c->pre_mask : 0);
     while (m) {
         int b = __builtin_ctzll(m);
         m &= m - 1;
@@ -359,7 +366,7 @@ static void host_candidates(const mc_sim *sim, channel *c, tick t, cand *best, t
     /* activates: a rank whose own constraints (tRRD_S, tFAW, refresh) hold them back is
      * skipped whole; its level is a lower bound of every one of its banks' ready cycle */
     const int per_rank = sim->cfg.bankgroups * sim->cfg.banks_per_group;
-    for (int r = 0; r < sim->cfg.ranks; r++) {
+    for (int r = 0; r < sim->cfg.ranks && (want & WANT_ROW); r++) {
         uint64_t rank_bits = per_rank == 64 ? ~0ull : ((1ull << per_rank) - 1) << (r * per_rank);
         uint64_t acts = c->act_mask & rank_bits;
         if (!acts || lv.refreshing[r]) continue;
@@ -373,7 +380,7 @@ static void host_candidates(const mc_sim *sim, channel *c, tick t, cand *best, t
             bank_candidates(sim, c, &lv, b, t, best, wake);
         }
     }
-    if (sim->cfg.closed_page) { /* close rows nothing queued wants */
+    if (sim->cfg.closed_page && (want & WANT_ROW)) { /* close rows nothing queued wants */
         uint64_t idle = c->open_mask & sim->host_banks;
         while (idle) {
             int b = __builtin_ctzll(idle);
@@ -415,6 +422,7 @@ static void unlink_host(channel *c, int b, int dir, int32_t slot, int32_t prev)
     if (prev < 0) bk->head[dir] = next; else c->slots[prev].next = next;
     if (bk->tail[dir] == slot) bk->tail[dir] = prev;
     c->dirty_mask |= 1ull << b;
+    c->full_mask &= ~(1ull << b);
     if (--bk->count[dir] == 0) c->pending_mask[dir] &= ~(1ull << b);
     c->qcount[MC_HOST][dir]--;
 }
@@ -510,13 +518,13 @@ static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
         wake_at(wake, c->scan_ready);
         return 0;
     }
-    int issued = 0;
+    int issued = 0, want = WANT_COL | WANT_ROW;
     for (int pass = 0; pass < (sim->cfg.dual_command_bus ? 2 : 1); pass++) {
         cand best = {-1, -1, -1, -1, 0, 0};
         tick w = NEVER;
         if (mc_can_serve(sim, c, MC_HOST, t) && ((c->pending_mask[0] | c->pending_mask[1]) ||
                                                  sim->cfg.closed_page))
-            host_candidates(sim, c, t, &best, &w);
+            host_candidates(sim, c, t, &best, &w, want);
         if (mc_can_serve(sim, c, MC_PIM, t)) pim_candidate(sim, c, t, &best, &w);
         wake_at(wake, w);
         if (best.cmd < 0) {
@@ -528,8 +536,28 @@ static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
         }
         issue(sim, c, &best, t);
         issued = 1;
+        /* the second pass (dual command bus) looks only for the other kind of command */
+        want = best.col ? WANT_ROW : WANT_COL;
     }
     return issued;
+}
+
+/* Nothing can issue at t and nothing the last scan saw has changed: no refresh due, no
+ * hand-over possible (the other side has nothing queued), no mode switch under way. */
+static int quiet(const mc_sim *sim, const channel *c, tick t, tick *wake)
+{
+    if (!c->scan_valid || c->scan_ready <= t || c->switching || c->mode_ready > t) return 0;
+    if (!sim->policy->partition_banks &&
+        c->qcount[1 - c->owner][0] + c->qcount[1 - c->owner][1] > 0)
+        return 0;
+    tick w = c->scan_ready;
+    if (sim->cfg.refresh)
+        for (int r = 0; r < sim->cfg.ranks; r++) {
+            if (c->ranks[r].refresh_pending || c->ranks[r].refresh_due <= t) return 0;
+            w = MINT(w, c->ranks[r].refresh_due);
+        }
+    *wake = w;
+    return 1;
 }
 
 void mc_channel_step(mc_sim *sim, channel *c, tick t)
@@ -537,8 +565,13 @@ void mc_channel_step(mc_sim *sim, channel *c, tick t)
     tick wake = NEVER;
     if (t == c->mode_ready) mc_account(sim, c, t); /* blocked -> active when a switch is done */
     int busy = 0;
-    if (MINT(c->next_row, c->next_col) <= t) busy = schedule(sim, c, t, &wake);
-    else wake = MINT(c->next_row, c->next_col);
+    if (quiet(sim, c, t, &wake)) {
+        /* only the transaction queue may move */
+    } else if (MINT(c->next_row, c->next_col) <= t) {
+        busy = schedule(sim, c, t, &wake);
+    } else {
+        wake = MINT(c->next_row, c->next_col);
+    }
     /* then one transaction moves to its bank's command queue (usable from the next cycle) */
     if (c->txq_count[0] + c->txq_count[1] > 0 && move_transaction(sim, c)) busy = 1;
     c->next_event = busy ? t + 1 : MAXT(wake, t + 1);

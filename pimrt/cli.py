@@ -12,7 +12,9 @@ from pimrt.errors import PimrtError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pimrt", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="pimrt", description="pimrt: CNN training with CONV on the host and non-CONV "
+        "layers on processing-in-memory, timed through a cycle-level model of the shared DRAM")
     parser.add_argument("--version", action="version", version=f"pimrt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
