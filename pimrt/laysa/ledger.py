@@ -21,6 +21,7 @@ from typing import Any
 
 from pimrt.laysa.errors import LaySABudgetError
 from pimrt.layrub.errors import fmt_bytes
+from pimrt.layrub.runtime import _Acct
 
 CATEGORIES = ("saved", "grad", "residual", "momentum", "comm", "update")
 
@@ -72,40 +73,18 @@ class Ledger:
                 "current": dict(self.cur)}
 
 
-class LedgerAcct:
-    """The interface of Layrub's saved-tensor accountant (cur, peak, budget, add, sub,
-    hold_storage, drop_storage), feeding the ``saved`` category of a Ledger."""
+class LedgerAcct(_Acct):
+    """Layrub's saved-tensor accountant (cur, peak, budget, add, sub, hold_storage,
+    drop_storage) that also feeds the ``saved`` category of a Ledger."""
 
     def __init__(self, ledger: Ledger):
+        super().__init__(budget=None)
         self.ledger = ledger
-        self.cur = 0
-        self.peak = 0
-        self.budget = None
-        self.storages: dict[Any, list[int]] = {}
 
     def add(self, n: int) -> None:
-        self.cur += n
-        if self.cur > self.peak:
-            self.peak = self.cur
+        super().add(n)
         self.ledger.add("saved", n)
 
     def sub(self, n: int) -> None:
-        self.cur -= n
+        super().sub(n)
         self.ledger.sub("saved", n)
-
-    def hold_storage(self, key: Any, nbytes: int) -> None:
-        e = self.storages.get(key)
-        if e is None:
-            self.storages[key] = [1, nbytes]
-            self.add(nbytes)
-        else:
-            e[0] += 1
-
-    def drop_storage(self, key: Any) -> None:
-        e = self.storages.get(key)
-        if e is None:
-            return
-        e[0] -= 1
-        if e[0] == 0:
-            del self.storages[key]
-            self.sub(e[1])
