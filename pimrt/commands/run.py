@@ -3,6 +3,7 @@ through memctl under a sharing policy against the serial baseline."""
 from __future__ import annotations
 
 import pathlib
+import sys
 
 
 def register(subparsers) -> None:
@@ -52,6 +53,10 @@ def run(args) -> int:
               f"{f['loss_abs_diff']:.3g}, max grad rel. diff {f['max_grad_rel_diff']:.3g}, "
               f"groups agree: {f['groups_equal']}  ({f['wall_s']:.1f} s, torch step "
               f"{f['torch_wall_s']:.2f} s)")
+        if f["loss_abs_diff"] > 1e-5 or f["max_grad_rel_diff"] > 1e-4 or not f["groups_equal"]:
+            print("warning: the PIM step is outside the documented tolerance (loss 1e-5, "
+                  "gradients 1e-4 relative; docs/runtime.md lists the open case)",
+                  file=sys.stderr)
     meta["layrub"] = args.layrub
     serial = session.timed(graph, "serial", 1, args.part, args.host_part, args.quiet, "serial",
                            args.layrub)
