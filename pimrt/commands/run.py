@@ -31,8 +31,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    import json
-
     from pimrt.memctl import POLICIES
     from pimrt.errors import ConfigError
     from pimrt.runtime import report, session
@@ -70,5 +68,4 @@ def run(args) -> int:
           f"{s['mode_switches']} mode switches, simulated in {s['simulation_wall_s']:.1f} s")
     print(f"wrote {out / 'summary.json'}, {out / 'layers.csv'}, {out / 'trace.json'} (Perfetto), "
           + ", ".join(s["plots"]))
-    json.dumps(s)
     return 0

@@ -415,7 +415,7 @@ class _Checker:
         pim_col = self.pim_col
         scope = self.scope
         nbr = G * B
-        rows_n, cols_n = self.rows, self.cols
+        rows_n = self.rows
         cmds = log["command"].tolist()
         reqs = log["requestor"].tolist()
         cyc = log["cycle"].tolist()
@@ -425,7 +425,6 @@ class _Checker:
         bgl = log["bankgroup"].tolist()
         bal = log["bank"].tolist()
         rowl = log["row"].tolist()
-        coll = log["column"].tolist()
         cmds_all = cmds
 
         found: list = []

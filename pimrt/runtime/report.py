@@ -6,8 +6,6 @@ import csv
 import json
 import pathlib
 
-import numpy as np
-
 from pimrt.runtime.timing import StepTiming
 
 

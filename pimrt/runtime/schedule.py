@@ -52,15 +52,6 @@ class Schedule:
     tasks: list[Task]
     pipelined: bool
 
-    def stream(self, side: str) -> list[Task]:
-        return [t for t in self.tasks if t.side == side]
-
-    def by_layer(self) -> dict[str, list[Task]]:
-        out: dict[str, list[Task]] = {}
-        for t in self.tasks:
-            out.setdefault(t.layer, []).append(t)
-        return out
-
 
 def pool_fits_pim(layer) -> bool:
     """The unit's pooling programs do 2x2 windows with stride 2 (docs/pim.md); other pools,

@@ -13,7 +13,6 @@ about max(compute, memory) as on a GPU that overlaps the two.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from pimrt.host import HostWork, load_host_part
 from pimrt.memctl.config import Part, encode_address
 from pimrt.pim import cycles as pim_cycles
 from pimrt.runtime.placement import Placement
-from pimrt.runtime.schedule import Task, runs_on_pim  # noqa: F401
+from pimrt.runtime.schedule import Task
 from pimrt.trace.records import DELAY, HOST, PIM, READ, RECORD_DTYPE, WRITE
 
 HOST_BATCH = 128   # requests between two compute delays
