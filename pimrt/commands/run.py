@@ -51,9 +51,14 @@ def run(args) -> int:
               f"{f['loss_abs_diff']:.3g}, max grad rel. diff {f['max_grad_rel_diff']:.3g}, "
               f"groups agree: {f['groups_equal']}  ({f['wall_s']:.1f} s, torch step "
               f"{f['torch_wall_s']:.2f} s)")
-        if f["loss_abs_diff"] > 1e-5 or f["max_grad_rel_diff"] > 1e-4 or not f["groups_equal"]:
+        flips = f.get("relu_mask_flips", 0)
+        grad = f.get("max_grad_rel_diff_same_masks", f["max_grad_rel_diff"])
+        if flips:
+            print(f"  {flips} ReLU mask(s) differ from torch's (activations within rounding of "
+                  f"zero); with the PIM's masks torch's gradients agree to {grad:.3g}")
+        if f["loss_abs_diff"] > 1e-5 or grad > 1e-4 or not f["groups_equal"]:
             print("warning: the PIM step is outside the documented tolerance (loss 1e-5, "
-                  "gradients 1e-4 relative; docs/runtime.md lists the open case)",
+                  "gradients 1e-4 relative with the same ReLU masks; docs/runtime.md)",
                   file=sys.stderr)
     meta["layrub"] = args.layrub
     serial = session.timed(graph, "serial", 1, args.part, args.host_part, args.quiet, "serial",

@@ -11,6 +11,7 @@ reduction are done on the host, in float64.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -241,6 +242,248 @@ def batchnorm_backward(backend: Backend, x, dy, gamma, mean, invstd):
         dx[:, c] = r.outputs["dx"].reshape(dx[:, c].shape)
         dbeta[c], dgamma[c] = s[0], s[1]
     return dx, dgamma.astype(np.float32), dbeta.astype(np.float32)
+
+
+# ---- batch norm, many channels per run -----------------------------------------------------
+#
+# The per-channel wrappers above run one kernel call per channel, with the channel's constants
+# in the SRF. The channel kernels below walk many channels in one run: an outer loop over the
+# channels (c1) around the column loop (c0). The outer loop's prologue zeroes the accumulators
+# and loads the channel's constants from the bank into registers (one column per constant, the
+# value in every lane: the host lays them out beside the data); its epilogue stores the
+# accumulators. Every channel is padded with zeros to the same number of columns (a whole
+# number of unrolled steps); a channel too big for the bank is cut into equal pieces whose
+# sums the host adds in float64. Per lane the unit does, channel by channel, the same float32
+# operations in the same order as the per-channel kernel, so the results do not depend on how
+# many channels share a run (nor on the channel groups of the runtime).
+
+@dataclass(frozen=True)
+class ChannelKernel:
+    name: str
+    inputs: tuple[str, ...]          # streams read, one region each, channel after channel
+    outputs: tuple[str, ...]         # streams written
+    body: tuple[str, ...]            # one column step; {stream} -> its pointer, {param} -> its GRF
+    params: tuple[str, ...] = ()     # per-channel constants, loaded into G2, G3, ...
+    acc: int = 0                     # accumulators zeroed per channel and stored after it
+    doc: str = ""
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return self.inputs + tuple(o for o in self.outputs if o not in self.inputs)
+
+    def max_unroll(self) -> int:
+        fixed = 2 * self.acc + len(self.params) + 3      # zero/store ACCs, loads, 2 LOOPs, EXIT
+        return max(1, min(16, (isa.CRF_DEPTH - fixed) // len(self.body)))
+
+    def unroll_for(self, cols: int) -> int:
+        """The unroll (at most max_unroll) that pads `cols` columns the least (ties: larger)."""
+        best = None
+        for u in range(self.max_unroll(), 0, -1):
+            padded = -(-max(cols, 1) // u) * u
+            if best is None or padded < best[0]:
+                best = (padded, u)
+        return best[1]
+
+    def pointers(self) -> dict[str, str]:
+        ptr = {s: f"p{i}" for i, s in enumerate(self.streams)}
+        n = len(self.streams)
+        if self.params:
+            ptr["par"] = f"p{n}"
+            n += 1
+        if self.acc:
+            ptr["acc"] = f"p{n}"
+        return ptr
+
+    @functools.lru_cache(maxsize=None)
+    def program(self, unroll: int) -> Program:
+        ptr = self.pointers()
+        reg = {prm: f"G{2 + i}" for i, prm in enumerate(self.params)}
+        lines = ["chan:"]
+        lines += [f"MOV A{i}, S0" for i in range(self.acc)]          # S0 = 0.0
+        lines += [f"MOV {reg[prm]}, B[{ptr['par']}+]" for prm in self.params]
+        lines.append("col:")
+        lines += [line.format(**ptr, **reg) for line in self.body] * unroll
+        lines.append("LOOP c0, col")
+        lines += [f"MOV B[{ptr['acc']}+], A{i}" for i in range(self.acc)]
+        lines += ["LOOP c1, chan", "EXIT"]
+        return assemble("\n".join(lines))
+
+
+CHANNEL_KERNELS = {k.name: k for k in [
+    ChannelKernel("bn_stats_ch", ("x",), (),
+                  ("MOV G0, B[{x}+]", "ADD A0, A0, G0", "MAD A1, G0, G0, A1"), acc=2,
+                  doc="per channel: A0 += x; A1 += x*x (per lane)"),
+    ChannelKernel("bn_bwd_stats_ch", ("x", "dy"), (),
+                  ("MOV G1, B[{dy}+]", "ADD A0, A0, G1", "SUB G0, B[{x}+], {mean}",
+                   "MUL G0, G0, {invstd}", "MAD A1, G0, G1, A1"), ("mean", "invstd"), acc=2,
+                  doc="per channel: A0 += dy; A1 += dy * (x - mean) * invstd"),
+    ChannelKernel("bn_bwd_apply_ch", ("x", "dy"), ("dx",),
+                  ("SUB G0, B[{x}+], {mean}", "MUL G0, G0, {c1}", "ADD G0, G0, {c0}",
+                   "MAD B[{dx}+], B[{dy}+], {k}, G0"), ("mean", "c1", "c0", "k"),
+                  doc="per channel: dx = dy*k + ((x - mean)*c1 + c0)"),
+]}
+
+
+@dataclass
+class ChannelResult:
+    outputs: dict[str, np.ndarray]   # (C, n) each
+    acc: np.ndarray | None           # (C, accumulators, LANES) float64, pieces added
+    cycles: int = 0
+    runs: int = 0
+    pieces: int = 1                  # pieces per channel
+    unroll: int = 1
+
+
+def channel_layout(backend: Backend, k: ChannelKernel, n: int) -> tuple[int, int, int]:
+    """-> (pieces per channel, padded columns per piece, unroll) for channels of n values:
+    fixed by the kernel, the bank and n alone, so a channel's results never depend on the
+    other channels of the run."""
+    L = backend.lanes
+    cols = max(-(-n // L), 1)
+    ns, per = len(k.streams), len(k.params) + k.acc
+    room = (backend.depth - per) // ns
+    pieces = 1
+    while True:
+        pc = -(-cols // pieces)
+        u = k.unroll_for(pc)
+        padded = -(-pc // u) * u
+        if padded <= room:
+            return pieces, padded, u
+        pieces += 1
+        if pieces > cols:
+            raise PimCapacityError(f"kernel {k.name}: the bank of {backend.depth} columns "
+                                   f"cannot hold {ns} streams of one column")
+
+
+def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
+                 params: dict[str, np.ndarray] | None = None,
+                 max_cycles: int | None = None) -> ChannelResult:
+    """Run channel kernel `name` over (C, n) arrays (one row per channel, one array per input
+    stream) with per-channel constants params[name] of shape (C,), on `backend`."""
+    k = CHANNEL_KERNELS[name]
+    params = params or {}
+    missing = [s for s in k.inputs if s not in arrays] + [p for p in k.params if p not in params]
+    if missing:
+        raise PimError(f"kernel {name}: missing {', '.join(missing)}")
+    data = {s: np.asarray(arrays[s], np.float32) for s in k.inputs}
+    shapes = {s: v.shape for s, v in data.items()}
+    if any(len(v) != 2 for v in shapes.values()) or len(set(shapes.values())) != 1:
+        raise PimError(f"kernel {name}: streams must be equal (channels, values) arrays, got "
+                       + ", ".join(f"{s}={v}" for s, v in shapes.items()))
+    C, n = next(iter(shapes.values()))
+    prm = {p: np.asarray(params[p], np.float32).reshape(-1) for p in k.params}
+    if any(v.size != C for v in prm.values()):
+        raise PimError(f"kernel {name}: want one value per channel ({C}) for "
+                       + ", ".join(k.params))
+    L = backend.lanes
+    pieces, P, u = channel_layout(backend, k, n)
+    ns, npar = len(k.streams), len(k.params)
+    per_piece = ns * P + npar + k.acc
+    rows = C * pieces                                   # one "row" per piece of a channel
+    # the data, channel-major, each piece zero-padded to P columns
+    lay = {}
+    for s in k.inputs:
+        buf = np.zeros((C, pieces * P * L), np.float32)
+        buf[:, :n] = data[s]
+        lay[s] = buf.reshape(rows, P * L)
+    par = None
+    if npar:
+        par = np.repeat(np.stack([prm[p] for p in k.params], axis=1), pieces, axis=0)  # (rows, npar)
+        par = np.repeat(par[:, :, None], L, axis=2).reshape(rows, npar, L)
+    outs = {s: np.empty((rows, P * L), np.float32) for s in k.outputs}
+    acc = np.empty((rows, k.acc, L), np.float32) if k.acc else None
+    backend.load_program(k.program(u))
+    backend.set_scalars(np.zeros(1, np.float32))
+    backend.set_counts([P // u, 0])
+    per_run = backend.depth // per_piece
+    res = ChannelResult(outs, None, pieces=pieces, unroll=u)
+    for r0 in range(0, rows, per_run):
+        m = min(per_run, rows - r0)
+        bases = [i * m * P for i in range(ns)]
+        par_base = ns * m * P
+        acc_base = par_base + m * npar
+        for i, s in enumerate(k.streams):
+            if s in lay:
+                backend.write_bank(bases[i], lay[s][r0:r0 + m].view(np.uint32).reshape(m * P, L))
+        ptrs = list(bases)
+        if npar:
+            backend.write_bank(par_base, par[r0:r0 + m].view(np.uint32).reshape(m * npar, L))
+            ptrs.append(par_base)
+        if k.acc:
+            ptrs.append(acc_base)
+        backend.set_pointers(ptrs)
+        backend.set_counts({1: m})
+        res.cycles += backend.run(**({"max_cycles": max_cycles} if max_cycles else {}))
+        res.runs += 1
+        for i, s in enumerate(k.streams):
+            if s in outs:
+                outs[s][r0:r0 + m] = backend.read_bank(bases[i], m * P).view(
+                    np.float32).reshape(m, P * L)
+        if k.acc:
+            acc[r0:r0 + m] = backend.read_bank(acc_base, m * k.acc).view(
+                np.float32).reshape(m, k.acc, L)
+    res.outputs = {s: v.reshape(C, pieces * P * L)[:, :n] for s, v in outs.items()}
+    if k.acc:
+        res.acc = acc.astype(np.float64).reshape(C, pieces, k.acc, L).sum(axis=1)
+    backend.record(name, res.cycles, C * n)
+    return res
+
+
+def _by_channel(x: np.ndarray) -> np.ndarray:
+    """(N, C, ...) -> (C, N * ...), each channel's values in the order x[:, c].ravel()."""
+    x = np.asarray(x, np.float32)
+    return np.ascontiguousarray(np.moveaxis(x, 1, 0)).reshape(x.shape[1], -1)
+
+
+def _from_channels(v: np.ndarray, shape) -> np.ndarray:
+    N, C = shape[0], shape[1]
+    return np.ascontiguousarray(np.moveaxis(v.reshape((C, N) + tuple(shape[2:])), 0, 1))
+
+
+def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5):
+    """Training-mode batch norm over (N, C, ...), all channels in a few runs: -> (y, mean,
+    invstd). Two-pass variance: the mean from the unit's sums (bn_stats_ch), then
+    sum((x - m32) * x) from its dy*xhat reduction (bn_bwd_stats_ch with dy = x, invstd = 1),
+    which avoids the cancellation of E[x^2] - mean^2 when the mean is large against the spread,
+    corrected on the host for the fp32 mean m32 the unit subtracts; then
+    y = (x - mean) * (gamma * invstd) + beta, subtracting the mean first as torch does
+    (bn_bwd_apply_ch with k = 0). Lanes and pieces are added on the host in float64."""
+    x, C = _channels(x)
+    xc = _by_channel(x)
+    n = xc.shape[1]
+    s0 = run_channels(backend, "bn_stats_ch", {"x": xc}).acc.sum(axis=-1)     # (C, 2)
+    m = s0[:, 0] / n
+    m32 = m.astype(np.float32)                       # the unit subtracts the fp32 scalar
+    s = run_channels(backend, "bn_bwd_stats_ch", {"x": xc, "dy": xc},
+                     {"mean": m32, "invstd": np.ones(C, np.float32)}).acc.sum(axis=-1)
+    # sum((x - m)^2) = sum(x (x - m32)) + (m32 - m) sum(x), with sum(x - m) = 0
+    var = np.maximum((s[:, 1] + (m32.astype(np.float64) - m) * s[:, 0]) / n, 0.0)
+    inv = 1.0 / np.sqrt(var + eps)
+    g64 = np.asarray(gamma, np.float32).astype(np.float64)
+    r = run_channels(backend, "bn_bwd_apply_ch", {"x": xc, "dy": xc},
+                     {"mean": m32, "c1": g64 * inv, "c0": np.asarray(beta, np.float32),
+                      "k": np.zeros(C, np.float32)})
+    y = _from_channels(r.outputs["dx"], x.shape)
+    return y, m.astype(np.float32), inv.astype(np.float32)
+
+
+def batchnorm_backward_channels(backend: Backend, x, dy, gamma, mean, invstd):
+    """batchnorm_backward with all channels in a few runs (bn_bwd_stats_ch, bn_bwd_apply_ch):
+    the same formula, the same float32 operations per channel: -> (dx, dgamma, dbeta)."""
+    x, C = _channels(x)
+    xc, dyc = _by_channel(x), _by_channel(dy)
+    n = xc.shape[1]
+    mean32 = np.asarray(mean, np.float32).reshape(C)
+    inv64 = np.asarray(invstd, np.float32).astype(np.float64).reshape(C)
+    s = run_channels(backend, "bn_bwd_stats_ch", {"x": xc, "dy": dyc},
+                     {"mean": mean32, "invstd": inv64}).acc.sum(axis=-1)          # (C, 2)
+    k = np.asarray(gamma, np.float32).astype(np.float64).reshape(C) * inv64
+    c1 = -k * inv64 * s[:, 1] / n
+    c0 = -k * s[:, 0] / n
+    r = run_channels(backend, "bn_bwd_apply_ch", {"x": xc, "dy": dyc},
+                     {"mean": mean32, "c1": c1, "c0": c0, "k": k})
+    dx = _from_channels(r.outputs["dx"], x.shape)
+    return dx, s[:, 1].astype(np.float32), s[:, 0].astype(np.float32)
 
 
 # ---- pooling (2x2, stride 2, channels-last) -----------------------------------------------

@@ -62,6 +62,8 @@ class _ReLU(torch.autograd.Function):
         for s in _groups(xs.shape[1], pim.groups) if xs.ndim > 1 else [slice(None)]:
             y[:, s], mask[:, s] = kernels.relu_forward(pim.backend, xs[:, s])
         ctx.mask, ctx.pim = mask, pim
+        if pim.masks is not None:
+            pim.masks.append(mask)
         return _t(y, x)
 
     @staticmethod
@@ -88,35 +90,9 @@ class _Add(torch.autograd.Function):
 
 
 def batchnorm_forward_2pass(backend, x, gamma, beta, eps: float):
-    """Training-mode batch norm on the PIM with a two-pass variance: the mean from the unit's
-    sums (bn_stats), then sum((x - mean) * x) from its dy*xhat reduction (bn_bwd_stats with
-    dy = x, invstd = 1), which avoids the cancellation of E[x^2] - mean^2 when the mean is
-    large against the spread; then (x - mean) * gamma * invstd + beta."""
-    import math
-    x = np.asarray(x, np.float32)
-    C = x.shape[1]
-    y = np.empty_like(x)
-    mean = np.empty(C, np.float64)
-    invstd = np.empty(C, np.float64)
-    for c in range(C):
-        xc = x[:, c].ravel()
-        n = xc.size
-        m = kernels.run_stream(backend, "bn_stats", {"x": xc}).acc.sum(axis=1)[0] / n
-        m32 = float(np.float32(m))  # the unit subtracts the fp32 scalar
-        s = kernels.run_stream(backend, "bn_bwd_stats", {"x": xc, "dy": xc},
-                               {"mean": m32, "invstd": 1.0}).acc.sum(axis=1)
-        # sum((x - m)^2) = sum(x (x - m32)) + (m32 - m) sum(x), with sum(x - m) = 0
-        var = max((float(s[1]) + (m32 - m) * float(s[0])) / n, 0.0)
-        inv = 1.0 / math.sqrt(var + eps)
-        # y = (x - mean) * (gamma * invstd) + beta, subtracting the mean first as torch does
-        # (x * scale + shift cancels when the mean is large against the spread): the unit's
-        # k*dy + c1*(x - mean) + c0 program with k = 0
-        r = kernels.run_stream(backend, "bn_bwd_apply", {"x": xc, "dy": xc},
-                               {"mean": m32, "c1": float(gamma[c]) * inv, "c0": float(beta[c]),
-                                "k": 0.0})
-        y[:, c] = r.outputs["dx"].reshape(y[:, c].shape)
-        mean[c], invstd[c] = m, inv
-    return y, mean.astype(np.float32), invstd.astype(np.float32)
+    """Training-mode batch norm on the PIM with a two-pass variance (see
+    pimrt.pim.kernels.batchnorm_forward_2pass): all channels of x in a few kernel runs."""
+    return kernels.batchnorm_forward_2pass(backend, x, gamma, beta, eps)
 
 
 class _BatchNorm(torch.autograd.Function):
@@ -142,21 +118,46 @@ class _BatchNorm(torch.autograd.Function):
         dg = np.empty(xs.shape[1], np.float32)
         db = np.empty(xs.shape[1], np.float32)
         for s in _groups(xs.shape[1], ctx.pim.groups):
-            dx[:, s], dg[s], db[s] = kernels.batchnorm_backward(
+            dx[:, s], dg[s], db[s] = kernels.batchnorm_backward_channels(
                 ctx.pim.backend, xs[:, s], d[:, s], gamma[s], ctx.mean[s], ctx.invstd[s])
         return _t(dx, dy), _t(dg, dy), _t(db, dy), None, None
 
 
-class PimOps:
-    """The backend and group count the PIM functions use."""
+class _MaskedReLU(torch.autograd.Function):
+    """torch's ReLU with its mask (x > 0) replaced by a given one: the next of ops.replay.
+    Counts in ops.flips the elements where the given mask differs from x > 0."""
 
-    def __init__(self, backend: str, groups: int = 1):
+    @staticmethod
+    def forward(ctx, x, ops):
+        mask = torch.from_numpy(ops.replay[ops.replayed]).to(x.device)
+        ops.replayed += 1
+        ops.flips += int(((x > 0) != mask).sum())
+        ctx.save_for_backward(mask)
+        return torch.where(mask, x, torch.zeros_like(x))
+
+    @staticmethod
+    def backward(ctx, dy):
+        (mask,) = ctx.saved_tensors
+        return torch.where(mask, dy, torch.zeros_like(dy)), None
+
+
+class PimOps:
+    """The backend and group count the PIM functions use. record_masks: keep every ReLU
+    mask of the PIM step in self.masks (call by call); replay (torch backend only): a list of
+    such masks that the torch ReLUs use instead of their own, in the same order."""
+
+    def __init__(self, backend: str, groups: int = 1, record_masks: bool = False,
+                 replay: list | None = None):
         self.name = backend
         self.backend = make_backend(backend)
         self.groups = groups
+        self.masks = [] if record_masks else None
+        self.replay, self.replayed, self.flips = replay, 0, 0
 
     def relu(self, x):
-        return F.relu(x) if self.backend is None else _ReLU.apply(x, self)
+        if self.backend is None:
+            return F.relu(x) if self.replay is None else _MaskedReLU.apply(x, self)
+        return _ReLU.apply(x, self)
 
     def add(self, a, b):
         return a + b if self.backend is None else _Add.apply(a, b, self)
@@ -292,6 +293,7 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
     device = "cuda" if torch.cuda.is_available() else "cpu"
     ref = zoo.build(model_name, input_size=input_size).to(device).train()
     pim_model = copy.deepcopy(ref)
+    masked_model = copy.deepcopy(ref)
     x = torch.randn(batch, 3, input_size, input_size, device=device)
     y = torch.randint(0, ref.num_classes if hasattr(ref, "num_classes") else 10, (batch,),
                       device=device)
@@ -302,7 +304,7 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
     _sgd_step_torch(ref, lr, momentum, wd)
     torch_wall = time.perf_counter() - t0
 
-    ops = PimOps(backend, groups)
+    ops = PimOps(backend, groups, record_masks=True)
     gm = to_pim(pim_model, ops)
     t0 = time.perf_counter()
     logits = gm(x)
@@ -321,6 +323,18 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
     names = {n.replace("bn.", ""): n for n in grads}  # PimBatchNorm2d wraps the BN as .bn
     grad_diff = max(rel(grads[names.get(n, n)], g) for n, g in grads_ref.items()
                     if names.get(n, n) in grads)
+    # the same against a torch step that uses the PIM step's ReLU masks: an activation within
+    # rounding of zero may fall on the other side of the ReLU in one step than in the other,
+    # which moves gradients by far more than rounding (docs/runtime.md)
+    flips, grad_diff_masks = 0, grad_diff
+    if ops.masks:
+        rops = PimOps("torch", groups, replay=ops.masks)
+        mm = to_pim(masked_model, rops)
+        F.cross_entropy(mm(x), y).backward()
+        flips = rops.flips
+        grad_diff_masks = max(rel(grads[n], p.grad) for n, p in mm.named_parameters()
+                              if p.grad is not None and n in grads)
+    ops.masks = None
     ref_params = dict(ref.named_parameters())
     param_diff = max(rel(p.detach(), ref_params[n.replace("bn.", "")].detach())
                      for n, p in gm.named_parameters() if n.replace("bn.", "") in ref_params)
@@ -335,7 +349,9 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
         b = to_pim(probe, PimOps(backend, 1))(xp)
         same = bool(torch.equal(a, b))
     return {"backend": backend, "groups": groups, "loss": float(loss.detach()),
-            "loss_ref": float(loss_ref), "loss_abs_diff": abs(float(loss) - float(loss_ref)),
+            "loss_ref": float(loss_ref.detach()),
+            "loss_abs_diff": abs(float(loss.detach()) - float(loss_ref.detach())),
             "max_grad_rel_diff": grad_diff, "max_param_rel_diff": param_diff,
+            "relu_mask_flips": flips, "max_grad_rel_diff_same_masks": grad_diff_masks,
             "groups_equal": same, "wall_s": wall, "torch_wall_s": torch_wall,
             "device": device}
