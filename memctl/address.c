@@ -1,16 +1,28 @@
 /* Address mapping: the configured fields, msb..lsb, above the byte offset of a request. */
 #include "internal.h"
 
-void mc_decode_fields(const mc_sim *sim, uint64_t addr, int64_t *f)
+/* each field's shift and mask (0: not in the mapping); a field named twice takes its most
+ * significant place */
+void mc_address_init(mc_sim *sim)
 {
     const mc_config *cfg = &sim->cfg;
-    for (int i = 0; i < MC_F_COUNT; i++) f[i] = 0;
-    addr >>= cfg->offset_bits;
+    int shift = cfg->offset_bits;
+    for (int i = 0; i < MC_F_COUNT; i++) {
+        sim->field_shift[i] = 0;
+        sim->field_mask[i] = 0;
+    }
     for (int i = cfg->map_count - 1; i >= 0; i--) {
         int bits = cfg->map_bits[i];
-        f[cfg->map_fields[i]] = (int64_t)(addr & ((1ull << bits) - 1));
-        addr >>= bits;
+        sim->field_shift[cfg->map_fields[i]] = shift;
+        sim->field_mask[cfg->map_fields[i]] = (1ull << bits) - 1;
+        shift += bits;
     }
+}
+
+void mc_decode_fields(const mc_sim *sim, uint64_t addr, int64_t *f)
+{
+    for (int i = 0; i < MC_F_COUNT; i++)
+        f[i] = (int64_t)((addr >> sim->field_shift[i]) & sim->field_mask[i]);
 }
 
 void mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields)

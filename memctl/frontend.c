@@ -54,7 +54,7 @@ static int forward_read(const channel *c, int b, uint64_t addr)
 {
     for (int32_t h = c->banks[b].head[DIR_WR]; h >= 0; h = c->slots[h].next)
         if (c->slots[h].addr == addr) return 1;
-    for (int32_t h = c->txq_head[DIR_WR]; h >= 0; h = c->slots[h].next)
+    for (int32_t h = c->txq_head[DIR_WR][b]; h >= 0; h = c->slots[h].next)
         if (c->slots[h].addr == addr) return 1;
     return 0;
 }
@@ -95,7 +95,6 @@ static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t l
     int full = who == MC_HOST ? c->txq_count[dir] >= k->queue_depth
                               : c->qcount[MC_PIM][dir] >= k->queue_depth;
     if (full || c->free_head < 0) return 0;
-    mc_account(sim, c, t);
     int32_t s = c->free_head;
     req *q = &c->slots[s];
     c->free_head = q->next;
@@ -112,8 +111,9 @@ static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t l
     q->cls = CLS_HIT;
     q->next = -1;
     if (who == MC_HOST) { /* into the transaction queue; the scheduler moves it to its bank */
-        if (c->txq_tail[dir] >= 0) c->slots[c->txq_tail[dir]].next = s; else c->txq_head[dir] = s;
-        c->txq_tail[dir] = s;
+        if (c->txq_tail[dir][b] >= 0) c->slots[c->txq_tail[dir][b]].next = s;
+        else c->txq_head[dir][b] = s;
+        c->txq_tail[dir][b] = s;
         c->txq_count[dir]++;
         c->txq_nb[dir][b]++;
         c->txq_banks[dir] |= 1ull << b;

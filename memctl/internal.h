@@ -13,6 +13,10 @@ typedef int64_t tick;
 #define MINT(a, b) ((a) < (b) ? (a) : (b))
 
 enum { DIR_RD = 0, DIR_WR = 1 };
+/* classes of host candidates (candidates.c); RD and WR equal DIR_RD and DIR_WR */
+enum { CAND_RD = 0, CAND_WR = 1, CAND_ACT = 2, CAND_PRE = 3, CAND_CLASSES = 4,
+       CAND_IDLE = 4 /* closed page: the PRE of a row nothing queued wants */ };
+enum { WANT_COL = 1, WANT_ROW = 2 };
 enum { CLS_HIT = 0, CLS_MISS = 1, CLS_CONFLICT = 2 };
 
 /* one queued request */
@@ -72,7 +76,9 @@ typedef struct channel {
     req *slots;
     int32_t free_head;
     int qcount[MC_NUM_REQ][2];
-    int32_t txq_head[2], txq_tail[2]; /* host transaction queues (read queue, write buffer) */
+    /* host transaction queues (read queue, write buffer), kept as one FIFO per bank (a request's
+     * bank follows from its address, and the queue's order is the requests' age, seq) */
+    int32_t txq_head[2][MC_MAX_BANKS], txq_tail[2][MC_MAX_BANKS];
     int txq_count[2];
     int drain_left;            /* writes still to move in the current write drain */
     uint16_t txq_nb[2][MC_MAX_BANKS]; /* transaction-queue entries per bank */
@@ -83,6 +89,13 @@ typedef struct channel {
     uint64_t dirty_mask;       /* banks whose choice must be recomputed */
     uint64_t col_mask[2];      /* banks whose choice includes a RD / WR row hit */
     uint64_t act_mask, pre_mask; /* banks whose choice is ACT / PRE */
+    /* per class (CAND_*) and bank: the bank and bank-group terms of the ready cycle of the
+     * bank's candidate of that class, and the candidate's key (seq << 6 | bank: the oldest
+     * has the smallest). ready_at is kept for every bank (the terms only grow, so a moved
+     * bank-group term is folded in with a max, timing.c); ready_key is valid for the banks of
+     * the class's mask (col_mask[d], act_mask, pre_mask) once mc_update_choices ran */
+    tick ready_at[CAND_CLASSES][MC_MAX_BANKS];
+    uint64_t ready_key[CAND_CLASSES][MC_MAX_BANKS];
     int32_t pim_head, pim_tail;
     int pim_count;
     /* sharing */
@@ -143,7 +156,11 @@ struct mc_sim {
     int host_bank_count;
     uint8_t bank_rank[MC_MAX_BANKS];
     uint16_t bank_group[MC_MAX_BANKS]; /* index into channel.groups */
+    uint64_t rank_banks[8];            /* banks of each rank */
+    uint64_t group_banks[MC_MAX_BANKS]; /* banks of each bank group (index as channel.groups) */
     uint64_t capacity;
+    int field_shift[MC_F_COUNT];       /* address fields (address.c) */
+    uint64_t field_mask[MC_F_COUNT];
     channel *ch;
     /* authority parameters (current) */
     int hwm[MC_NUM_REQ], lwm[MC_NUM_REQ];
@@ -197,9 +214,10 @@ typedef struct mc_policy {
 const mc_policy *mc_find_policy(const char *name);
 
 /* address.c */
+void mc_address_init(mc_sim *sim);
 void mc_decode_fields(const mc_sim *sim, uint64_t addr, int64_t *f);
 
-/* timing.c: issuing a command updates every level it constrains */
+/* timing.c: issuing a command updates every level it constrains (and channel.ready_at) */
 tick mc_act_ready(const mc_sim *sim, const channel *c, int b);
 tick mc_col_ready(const mc_sim *sim, const channel *c, int b, int dir);
 void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t);
@@ -216,12 +234,32 @@ void mc_log_cmd(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t r
 /* stats.c */
 void mc_stats_init_channel(mc_sim *sim, channel *c);
 void mc_account(mc_sim *sim, channel *c, tick t);
+void mc_account_close(mc_sim *sim, channel *c, tick t);
 void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick issue);
 int mc_set_error(mc_sim *sim, int code, const char *fmt, ...);
 
+/* candidates.c: the oldest host candidate of a kind that can issue */
+typedef struct mc_pick {
+    uint64_t seq;              /* UINT64_MAX: none (yet) */
+    int bank, cls;             /* bank -1: none */
+} mc_pick;
+int mc_older_read(const channel *c, int32_t h, const req *w);
+void mc_update_choices(const mc_sim *sim, channel *c);
+tick mc_bank_wake(const mc_sim *sim, const channel *c, int b);
+void mc_host_scan(const mc_sim *sim, channel *c, tick t, int want, mc_pick *col, mc_pick *row,
+                  tick *wake);
+
 /* scheduler.c */
 void mc_channel_step(mc_sim *sim, channel *c, tick t);
-int mc_can_serve(const mc_sim *sim, const channel *c, int requestor, tick t);
+
+/* may the requestor use the channel at t? (it holds the authority, in its mode, and the mode
+ * switch is done; bank_partition: always) */
+static inline int mc_can_serve(const mc_sim *sim, const channel *c, int requestor, tick t)
+{
+    if (sim->policy->partition_banks) return 1;
+    return c->owner == requestor && !c->switching && c->mode == (requestor == MC_PIM) &&
+           c->mode_ready <= t;
+}
 
 /* frontend.c */
 int mc_frontend_step(mc_sim *sim, const mc_record *recs, uint64_t n, tick t);

@@ -12,12 +12,6 @@ typedef struct cand {
     int col;          /* a column command: preferred (first ready) */
 } cand;
 
-/* rank and bus terms of readiness, computed once per scan (at most 8 ranks) */
-typedef struct levels {
-    tick act[8], rd[8], wr[8];
-    int refreshing[8];
-} levels;
-
 static void better(cand *best, int cmd, int b, int32_t slot, int32_t prev, uint64_t seq, int col)
 {
     if (best->cmd < 0 || (col && !best->col) || (col == best->col && seq < best->seq)) {
@@ -30,14 +24,38 @@ static void better(cand *best, int cmd, int b, int32_t slot, int32_t prev, uint6
     }
 }
 
-int mc_can_serve(const mc_sim *sim, const channel *c, int requestor, tick t)
-{
-    if (sim->policy->partition_banks) return 1;
-    return c->owner == requestor && !c->switching && c->mode == (requestor == MC_PIM) &&
-           c->mode_ready <= t;
-}
-
 static void wake_at(tick *wake, tick when) { if (when < *wake) *wake = when; }
+
+/* the host's best candidate as a command: a row hit if one can issue, else the oldest ACT /
+ * PRE (or, closed page, the PRE of an idle row) */
+static void host_best(const channel *c, const mc_pick *col, const mc_pick *row, cand *best)
+{
+    const mc_pick *p = col->bank >= 0 ? col : row;
+    if (p->bank < 0) return;
+    const bank *bk = &c->banks[p->bank];
+    best->bank = p->bank;
+    best->seq = p->seq;
+    best->prev = -1;
+    best->col = p->cls == CAND_RD || p->cls == CAND_WR;
+    switch (p->cls) {
+    case CAND_RD:
+    case CAND_WR:
+        best->cmd = p->cls == CAND_RD ? MC_CMD_RD : MC_CMD_WR;
+        best->slot = bk->col_slot[p->cls];
+        best->prev = bk->col_prev[p->cls];
+        break;
+    case CAND_ACT:
+    case CAND_PRE:
+        best->cmd = bk->other_cmd;
+        best->slot = bk->other_slot;
+        break;
+    default: /* CAND_IDLE */
+        best->cmd = MC_CMD_PRE;
+        best->slot = -1;
+        best->seq = UINT64_MAX;
+        break;
+    }
+}
 
 static void complete(mc_sim *sim, channel *c, int32_t slot, tick done, tick t)
 {
@@ -49,11 +67,6 @@ static void complete(mc_sim *sim, channel *c, int32_t slot, tick done, tick t)
 }
 
 /* ---- refresh ---------------------------------------------------------------------- */
-
-static int rank_refreshing(const mc_sim *sim, const channel *c, int b)
-{
-    return c->ranks[sim->bank_rank[b]].refresh_pending;
-}
 
 /* Returns 1 if a refresh-related command issued at t. */
 static int step_refresh(mc_sim *sim, channel *c, tick t, tick *wake)
@@ -197,47 +210,49 @@ static void update_drain(const mc_sim *sim, channel *c)
         c->drain_left = w;
 }
 
-static void rank_levels(const mc_sim *sim, const channel *c, levels *lv);
-static void choose_dirty(const mc_sim *sim, channel *c);
-static int older_read(const channel *c, int32_t h, const req *w);
-static void bank_candidates(const mc_sim *sim, channel *c, const levels *lv, int b, tick t,
-                            cand *best, tick *wake);
-
+/* Move the oldest transaction of the queue whose bank's command queue has room (full_mask: the
+ * banks whose command queue holds bank_queue_depth). It is the oldest of the first movable
+ * entries of those banks' FIFOs: for reads the FIFO's head; a write waiting for an earlier
+ * read of its address (in the same bank's FIFO) lets later writes of the bank go first. */
 static int move_dir(const mc_sim *sim, channel *c, int dir)
 {
-    int limit = sim->cfg.bank_queue_depth;
-    if (!(c->txq_banks[dir] & ~c->full_mask)) return 0; /* every waiting bank is full */
-    int32_t prev = -1;
-    for (int32_t h = c->txq_head[dir]; h >= 0; prev = h, h = c->slots[h].next) {
-        req *q = &c->slots[h];
-        bank *bk = &c->banks[q->bank];
-        if (limit > 0 && bk->count[0] + bk->count[1] >= limit) continue;
-        if (dir == DIR_WR && older_read(c, c->txq_head[DIR_RD], q)) continue;
-        int32_t next = q->next;
-        if (prev < 0) c->txq_head[dir] = next; else c->slots[prev].next = next;
-        if (c->txq_tail[dir] == h) c->txq_tail[dir] = prev;
-        c->txq_count[dir]--;
-        q->next = -1;
-        if (bk->tail[dir] >= 0) c->slots[bk->tail[dir]].next = h; else bk->head[dir] = h;
-        bk->tail[dir] = h;
-        bk->count[dir]++;
-        if (--c->txq_nb[dir][q->bank] == 0) c->txq_banks[dir] &= ~(1ull << q->bank);
-        if (limit > 0 && bk->count[0] + bk->count[1] >= limit) c->full_mask |= 1ull << q->bank;
-        c->dirty_mask |= 1ull << q->bank;
-        c->pending_mask[dir] |= 1ull << q->bank;
-        if (dir == DIR_WR) c->drain_left--;
-        if (c->scan_valid) { /* only this bank changed since the last scan */
-            cand none = {-1, -1, -1, -1, 0, 0};
-            tick w = NEVER;
-            levels lv;
-            choose_dirty(sim, c);
-            rank_levels(sim, c, &lv);
-            bank_candidates(sim, c, &lv, q->bank, -1, &none, &w);
-            c->scan_ready = MINT(c->scan_ready, w);
+    uint64_t m = c->txq_banks[dir] & ~c->full_mask;
+    int32_t h = -1, prev = -1;
+    while (m) {
+        int b = __builtin_ctzll(m);
+        m &= m - 1;
+        int32_t p = -1, e = c->txq_head[dir][b];
+        if (dir == DIR_WR)
+            while (e >= 0 && mc_older_read(c, c->txq_head[DIR_RD][b], &c->slots[e])) {
+                p = e;
+                e = c->slots[e].next;
+            }
+        if (e >= 0 && (h < 0 || c->slots[e].seq < c->slots[h].seq)) {
+            h = e;
+            prev = p;
         }
-        return 1;
     }
-    return 0;
+    if (h < 0) return 0;
+    req *q = &c->slots[h];
+    const int b = q->bank;
+    bank *bk = &c->banks[b];
+    if (prev < 0) c->txq_head[dir][b] = q->next; else c->slots[prev].next = q->next;
+    if (c->txq_tail[dir][b] == h) c->txq_tail[dir][b] = prev;
+    c->txq_count[dir]--;
+    q->next = -1;
+    if (bk->tail[dir] >= 0) c->slots[bk->tail[dir]].next = h; else bk->head[dir] = h;
+    bk->tail[dir] = h;
+    bk->count[dir]++;
+    if (--c->txq_nb[dir][b] == 0) c->txq_banks[dir] &= ~(1ull << b);
+    if (bk->count[0] + bk->count[1] >= sim->cfg.bank_queue_depth) c->full_mask |= 1ull << b;
+    c->dirty_mask |= 1ull << b;
+    c->pending_mask[dir] |= 1ull << b;
+    if (dir == DIR_WR) c->drain_left--;
+    if (c->scan_valid) { /* only this bank changed since the last scan */
+        mc_update_choices(sim, c);
+        c->scan_ready = MINT(c->scan_ready, mc_bank_wake(sim, c, b));
+    }
+    return 1;
 }
 
 /* Move one transaction (the oldest whose bank's command queue has room) per cycle. A write
@@ -247,153 +262,6 @@ static int move_transaction(const mc_sim *sim, channel *c)
     update_drain(sim, c);
     if (c->drain_left > 0) return move_dir(sim, c, DIR_WR) || move_dir(sim, c, DIR_RD);
     return move_dir(sim, c, DIR_RD);
-}
-
-/* is a read of w's address older than w in the list starting at h? (writes never overtake
- * earlier reads of their address: write-after-read order) */
-static int older_read(const channel *c, int32_t h, const req *w)
-{
-    for (; h >= 0; h = c->slots[h].next)
-        if (c->slots[h].addr == w->addr && c->slots[h].seq < w->seq) return 1;
-    return 0;
-}
-
-static void choose(const mc_sim *sim, channel *c, int bi)
-{
-    const int cap = sim->cfg.row_hit_cap;
-    bank *bk = &c->banks[bi];
-    uint64_t bit = 1ull << bi;
-    int32_t a = bk->head[0], b = bk->head[1];
-    int32_t head = a < 0 ? b : (b < 0 ? a : (c->slots[a].seq < c->slots[b].seq ? a : b));
-    int any_hit = 0;
-    for (int d = 0; d < 2; d++) {
-        bk->col_slot[d] = bk->col_prev[d] = -1;
-        c->col_mask[d] &= ~bit;
-        if (bk->open_row < 0) continue;
-        int32_t p = -1, h = bk->head[d];
-        while (h >= 0 && c->slots[h].row != bk->open_row) {
-            p = h;
-            h = c->slots[h].next;
-        }
-        if (h >= 0 && d == DIR_WR && older_read(c, bk->head[DIR_RD], &c->slots[h])) h = -1;
-        if (h >= 0 && !(cap > 0 && bk->hits >= cap && h != head)) {
-            bk->col_slot[d] = h;
-            bk->col_prev[d] = p;
-            c->col_mask[d] |= bit;
-            any_hit = 1;
-        }
-    }
-    bk->other_cmd = -1;
-    bk->other_slot = head;
-    c->act_mask &= ~bit;
-    c->pre_mask &= ~bit;
-    if (head >= 0 && !any_hit) {
-        bk->other_cmd = bk->open_row >= 0 ? MC_CMD_PRE : MC_CMD_ACT;
-        if (bk->open_row >= 0) c->pre_mask |= bit; else c->act_mask |= bit;
-    }
-}
-
-static void choose_dirty(const mc_sim *sim, channel *c)
-{
-    uint64_t m = c->dirty_mask & sim->host_banks;
-    c->dirty_mask = 0;
-    while (m) {
-        int b = __builtin_ctzll(m);
-        m &= m - 1;
-        choose(sim, c, b);
-    }
-}
-
-/* Readiness of a bank's candidates: bank and bank-group terms per bank, the rank and bus
- * terms computed once per scan (lvl). */
-
-static void rank_levels(const mc_sim *sim, const channel *c, levels *lv)
-{
-    for (int r = 0; r < sim->cfg.ranks && r < 8; r++) {
-        const rank_state *rk = &c->ranks[r];
-        tick faw = rk->faw[rk->faw_pos] + sim->cfg.tFAW;
-        lv->act[r] = MAXT(MAXT(rk->next_act, faw), c->next_row);
-        lv->rd[r] = MAXT(rk->next_rd, c->next_col);
-        lv->wr[r] = MAXT(rk->next_wr, c->next_col);
-        lv->refreshing[r] = rk->refresh_pending;
-    }
-}
-
-static void bank_candidates(const mc_sim *sim, channel *c, const levels *lv, int b, tick t,
-                            cand *best, tick *wake)
-{
-    int r = sim->bank_rank[b];
-    if (lv->refreshing[r]) return;
-    bank *bk = &c->banks[b];
-    const group *g = &c->groups[sim->bank_group[b]];
-    int32_t h = bk->col_slot[DIR_RD];
-    if (h >= 0) {
-        tick ready = MAXT(MAXT(bk->next_rd, g->next_rd), lv->rd[r]);
-        if (ready <= t) better(best, MC_CMD_RD, b, h, bk->col_prev[DIR_RD], c->slots[h].seq, 1);
-        else if (ready < *wake) *wake = ready;
-    }
-    h = bk->col_slot[DIR_WR];
-    if (h >= 0) {
-        tick ready = MAXT(MAXT(bk->next_wr, g->next_wr), lv->wr[r]);
-        if (ready <= t) better(best, MC_CMD_WR, b, h, bk->col_prev[DIR_WR], c->slots[h].seq, 1);
-        else if (ready < *wake) *wake = ready;
-    }
-    if (bk->other_cmd >= 0) {
-        tick ready = bk->other_cmd == MC_CMD_ACT ? MAXT(MAXT(bk->next_act, g->next_act), lv->act[r])
-                                                  : MAXT(bk->next_pre, c->next_row);
-        if (ready <= t)
-            better(best, bk->other_cmd, b, bk->other_slot, -1, c->slots[bk->other_slot].seq, 0);
-        else if (ready < *wake) *wake = ready;
-    }
-}
-
-enum { WANT_COL = 1, WANT_ROW = 2 };
-
-static void host_candidates(const mc_sim *sim, channel *c, tick t, cand *best, tick *wake,
-                            int want)
-{
-    levels lv;
-    choose_dirty(sim, c);
-    rank_levels(sim, c, &lv);
-    /* column commands and precharges: few banks at a time */
-    uint64_t m = ((want & WANT_COL) ? c->col_mask[0] | c->col_mask[1] : 0) |
-                 ((want & WANT_ROW) ? c->pre_mask : 0);
-    while (m) {
-        int b = __builtin_ctzll(m);
-        m &= m - 1;
-        bank_candidates(sim, c, &lv, b, t, best, wake);
-    }
-    /* activates: a rank whose own constraints (tRRD_S, tFAW, refresh) hold them back is
-     * skipped whole; its level is a lower bound of every one of its banks' ready cycle */
-    const int per_rank = sim->cfg.bankgroups * sim->cfg.banks_per_group;
-    for (int r = 0; r < sim->cfg.ranks && (want & WANT_ROW); r++) {
-        uint64_t rank_bits = per_rank == 64 ? ~0ull : ((1ull << per_rank) - 1) << (r * per_rank);
-        uint64_t acts = c->act_mask & rank_bits;
-        if (!acts || lv.refreshing[r]) continue;
-        if (lv.act[r] > t) {
-            if (lv.act[r] < *wake) *wake = lv.act[r];
-            continue;
-        }
-        while (acts) {
-            int b = __builtin_ctzll(acts);
-            acts &= acts - 1;
-            bank_candidates(sim, c, &lv, b, t, best, wake);
-        }
-    }
-    if (sim->cfg.closed_page && (want & WANT_ROW)) { /* close rows nothing queued wants */
-        uint64_t idle = c->open_mask & sim->host_banks;
-        while (idle) {
-            int b = __builtin_ctzll(idle);
-            idle &= idle - 1;
-            bank *bk = &c->banks[b];
-            if (bk->col_slot[0] >= 0 || bk->col_slot[1] >= 0 || bk->other_cmd >= 0 ||
-                rank_refreshing(sim, c, b))
-                continue;
-            tick ready = MAXT(bk->next_pre, c->next_row);
-            if (ready <= t) better(best, MC_CMD_PRE, b, -1, -1, UINT64_MAX, 0);
-            else wake_at(wake, ready);
-        }
-    }
 }
 
 static void pim_candidate(const mc_sim *sim, channel *c, tick t, cand *best, tick *wake)
@@ -486,6 +354,77 @@ static void issue(mc_sim *sim, channel *c, const cand *k, tick t)
     if (!sim->cfg.dual_command_bus || !column) c->next_row = t + 1;
 }
 
+/* bank b just issued a column command (second pass): add its row command, if it now has one
+ * that can issue at t, to the host's best row command of the first pass */
+static void row_after_column(const mc_sim *sim, const channel *c, int b, tick t, mc_pick *row)
+{
+    const bank *bk = &c->banks[b];
+    if (bk->other_cmd == MC_CMD_PRE) { /* (never an ACT: the bank is open) */
+        uint64_t seq = c->ready_key[CAND_PRE][b] >> 6;
+        if (MAXT(c->ready_at[CAND_PRE][b], c->next_row) <= t && seq < row->seq) {
+            row->seq = seq;
+            row->bank = b;
+            row->cls = CAND_PRE;
+        }
+    } else if (sim->cfg.closed_page && bk->other_cmd < 0 && bk->col_slot[0] < 0 &&
+               bk->col_slot[1] < 0 && MAXT(bk->next_pre, c->next_row) <= t &&
+               (row->bank < 0 || (row->cls == CAND_IDLE && b < row->bank))) {
+        row->bank = b; /* its row is idle now: the lowest such bank, if nothing else */
+        row->cls = CAND_IDLE;
+    }
+}
+
+/* FR-FCFS over the requestors allowed to use the channel now: a row hit that can issue, else
+ * the oldest command that can; with a dual command bus, then one of the other kind. */
+static int frfcfs(mc_sim *sim, channel *c, tick t, tick *wake)
+{
+    const int host = mc_can_serve(sim, c, MC_HOST, t), pim = mc_can_serve(sim, c, MC_PIM, t);
+    const int host_work = (c->pending_mask[0] | c->pending_mask[1]) || sim->cfg.closed_page;
+    mc_pick col = {UINT64_MAX, -1, -1}, row = {UINT64_MAX, -1, -1};
+    cand best = {-1, -1, -1, -1, 0, 0};
+    tick w = NEVER;
+    if (host && host_work) {
+        mc_host_scan(sim, c, t, WANT_COL | WANT_ROW, &col, &row, &w);
+        host_best(c, &col, &row, &best);
+    }
+    if (pim) pim_candidate(sim, c, t, &best, &w);
+    wake_at(wake, w);
+    if (best.cmd < 0) {
+        c->scan_valid = 1;
+        c->scan_ready = w;
+        return 0;
+    }
+    issue(sim, c, &best, t);
+    if (!sim->cfg.dual_command_bus) return 1;
+    /* second pass: the other kind of command. Its wake-up cycle does not matter (the channel
+     * steps again next cycle). */
+    cand second = {-1, -1, -1, -1, 0, 0};
+    const int host_more = host && ((c->pending_mask[0] | c->pending_mask[1]) || sim->cfg.closed_page);
+    if (best.bank >= 0 && best.col) {
+        /* a host column command: of the row commands the first pass saw, none changed (only
+         * the column bus and bank b moved), and b may have one now */
+        if (host_more) {
+            mc_update_choices(sim, c);
+            row_after_column(sim, c, best.bank, t, &row);
+            mc_pick none = {UINT64_MAX, -1, -1};
+            host_best(c, &none, &row, &second);
+        }
+    } else if (best.bank < 0) { /* a PIM command: look again */
+        if (host_more) {
+            mc_pick col2 = {UINT64_MAX, -1, -1}, row2 = {UINT64_MAX, -1, -1};
+            tick w2 = NEVER;
+            mc_host_scan(sim, c, t, best.col ? WANT_ROW : WANT_COL, &col2, &row2, &w2);
+            host_best(c, &col2, &row2, &second);
+        }
+    }
+    /* (after a host ACT / PRE no host column command can issue in this cycle: none could
+     * before it, and the bank it went to can read only tRCD later) */
+    tick w2 = NEVER;
+    if (pim) pim_candidate(sim, c, t, &second, &w2);
+    if (second.cmd >= 0) issue(sim, c, &second, t);
+    return 1;
+}
+
 /* Refresh first, then a pending hand-over of authority, then FR-FCFS over the requestors
  * allowed to use the channel now. Returns 1 if a command issued at t. */
 static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
@@ -518,28 +457,7 @@ static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
         wake_at(wake, c->scan_ready);
         return 0;
     }
-    int issued = 0, want = WANT_COL | WANT_ROW;
-    for (int pass = 0; pass < (sim->cfg.dual_command_bus ? 2 : 1); pass++) {
-        cand best = {-1, -1, -1, -1, 0, 0};
-        tick w = NEVER;
-        if (mc_can_serve(sim, c, MC_HOST, t) && ((c->pending_mask[0] | c->pending_mask[1]) ||
-                                                 sim->cfg.closed_page))
-            host_candidates(sim, c, t, &best, &w, want);
-        if (mc_can_serve(sim, c, MC_PIM, t)) pim_candidate(sim, c, t, &best, &w);
-        wake_at(wake, w);
-        if (best.cmd < 0) {
-            if (!issued) {
-                c->scan_valid = 1;
-                c->scan_ready = w;
-            }
-            break;
-        }
-        issue(sim, c, &best, t);
-        issued = 1;
-        /* the second pass (dual command bus) looks only for the other kind of command */
-        want = best.col ? WANT_ROW : WANT_COL;
-    }
-    return issued;
+    return frfcfs(sim, c, t, wake);
 }
 
 /* Nothing can issue at t and nothing the last scan saw has changed: no refresh due, no

@@ -89,11 +89,14 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
     for (int b = 0; b < sim->nbanks; b++) {
         sim->bank_rank[b] = (uint8_t)(b / (k->bankgroups * k->banks_per_group));
         sim->bank_group[b] = (uint16_t)(b / k->banks_per_group);
+        sim->rank_banks[sim->bank_rank[b]] |= 1ull << b;
+        sim->group_banks[sim->bank_group[b]] |= 1ull << b;
         if ((sim->host_banks >> b) & 1) sim->host_bank_list[sim->host_bank_count++] = b;
     }
     uint64_t cap = (uint64_t)k->request_bytes;
     for (int i = 0; i < k->map_count; i++) cap <<= k->map_bits[i];
     sim->capacity = cap;
+    mc_address_init(sim);
     sim->hwm[MC_HOST] = k->host_hwm > 0 ? k->host_hwm : (3 * k->queue_depth + 3) / 4;
     sim->hwm[MC_PIM] = k->pim_hwm > 0 ? k->pim_hwm : (3 * k->queue_depth + 3) / 4;
     sim->lwm[MC_HOST] = k->host_lwm != 0 ? k->host_lwm : k->queue_depth / 4;
@@ -126,8 +129,8 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
             bank *bk = &c->banks[b];
             bk->open_row = -1;
             bk->head[0] = bk->head[1] = bk->tail[0] = bk->tail[1] = -1;
+            for (int d = 0; d < 2; d++) c->txq_head[d][b] = c->txq_tail[d][b] = -1;
         }
-        c->txq_head[0] = c->txq_head[1] = c->txq_tail[0] = c->txq_tail[1] = -1;
         for (int r = 0; r < k->ranks; r++) {
             for (int i = 0; i < 4; i++) c->ranks[r].faw[i] = -(tick)k->tFAW - 1;
             /* ranks refresh staggered over tREFI */
@@ -256,7 +259,7 @@ int mc_finish(mc_sim *sim)
     int rc = run(sim, NULL, 0);
     if (rc == MC_OK) { /* close the cycle accounting at the end of the run */
         tick end = MAXT(sim->last_done, sim->now);
-        for (int ci = 0; ci < sim->nch; ci++) mc_account(sim, &sim->ch[ci], end);
+        for (int ci = 0; ci < sim->nch; ci++) mc_account_close(sim, &sim->ch[ci], end);
     }
     return rc;
 }

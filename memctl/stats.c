@@ -83,21 +83,36 @@ void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick is
 
 /* Cycle accounting: each requestor on each channel is idle (nothing queued), active (queued
  * and allowed to use the channel) or blocked (queued, but the other requestor holds the
- * channel or it is switching modes). Called whenever one of these can change. */
+ * channel or it is switching modes). mc_account is called whenever one of these can change;
+ * the cycles since the state began are added up when it ends (mc_account_close at the end of
+ * the run), which gives the same sums as adding them at every call. */
+static void close_state(req_stats *st, tick t)
+{
+    if (t > st->state_since) {
+        uint64_t d = (uint64_t)(t - st->state_since);
+        if (st->state == 0) st->s.cycles_idle += d;
+        else if (st->state == 1) st->s.cycles_active += d;
+        else st->s.cycles_blocked += d;
+        st->state_since = t;
+    }
+}
+
 void mc_account(mc_sim *sim, channel *c, tick t)
 {
     for (int r = 0; r < MC_NUM_REQ; r++) {
         req_stats *st = &c->rs[r];
-        if (t > st->state_since) {
-            uint64_t d = (uint64_t)(t - st->state_since);
-            if (st->state == 0) st->s.cycles_idle += d;
-            else if (st->state == 1) st->s.cycles_active += d;
-            else st->s.cycles_blocked += d;
-            st->state_since = t;
-        }
         int queued = c->qcount[r][0] + c->qcount[r][1] > 0;
-        st->state = !queued ? 0 : (mc_can_serve(sim, c, r, t) ? 1 : 2);
+        int state = !queued ? 0 : (mc_can_serve(sim, c, r, t) ? 1 : 2);
+        if (state == st->state) continue;
+        close_state(st, t);
+        st->state = state;
     }
+}
+
+void mc_account_close(mc_sim *sim, channel *c, tick t)
+{
+    for (int r = 0; r < MC_NUM_REQ; r++) close_state(&c->rs[r], t);
+    mc_account(sim, c, t);
 }
 
 void mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_stats *out)

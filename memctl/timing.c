@@ -28,6 +28,33 @@ tick mc_col_ready(const mc_sim *sim, const channel *c, int b, int dir)
     return MAXT(t, c->next_col);
 }
 
+/* the scheduler's copy of the bank and bank-group terms (channel.ready_at) */
+static void bank_moved(const mc_sim *sim, channel *c, int b)
+{
+    const bank *bk = &c->banks[b];
+    const group *g = &c->groups[sim->bank_group[b]];
+    c->ready_at[CAND_RD][b] = MAXT(bk->next_rd, g->next_rd);
+    c->ready_at[CAND_WR][b] = MAXT(bk->next_wr, g->next_wr);
+    c->ready_at[CAND_ACT][b] = MAXT(bk->next_act, g->next_act);
+    c->ready_at[CAND_PRE][b] = bk->next_pre;
+}
+
+/* a bank-group term only grows: fold it into the copy of every bank of the group */
+static void group_moved(const mc_sim *sim, channel *c, const group *g, int gi, int act)
+{
+    uint64_t m = sim->group_banks[gi];
+    while (m) {
+        int b = __builtin_ctzll(m);
+        m &= m - 1;
+        if (act) {
+            c->ready_at[CAND_ACT][b] = MAXT(c->ready_at[CAND_ACT][b], g->next_act);
+        } else {
+            c->ready_at[CAND_RD][b] = MAXT(c->ready_at[CAND_RD][b], g->next_rd);
+            c->ready_at[CAND_WR][b] = MAXT(c->ready_at[CAND_WR][b], g->next_wr);
+        }
+    }
+}
+
 void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t)
 {
     const mc_config *k = &sim->cfg;
@@ -42,6 +69,8 @@ void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t)
     bk->next_wr = MAXT(bk->next_wr, t + k->tRCDWR);
     bk->next_pre = MAXT(bk->next_pre, t + k->tRAS);
     g->next_act = MAXT(g->next_act, t + k->tRRD_L);
+    group_moved(sim, c, g, sim->bank_group[b], 1);
+    bank_moved(sim, c, b);
     rk->next_act = MAXT(rk->next_act, t + k->tRRD_S);
     rk->faw[rk->faw_pos] = t;
     rk->faw_pos = (rk->faw_pos + 1) & 3;
@@ -57,6 +86,7 @@ void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t)
     bk->next_act = MAXT(bk->next_act, t + sim->cfg.tRP);
     bk->closed_at = t + sim->cfg.tRP;
     c->open_mask &= ~(1ull << b);
+    bank_moved(sim, c, b);
 }
 
 void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
@@ -100,6 +130,8 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
             }
         }
     }
+    group_moved(sim, c, &c->groups[gi], gi, 0); /* b's own RD / WR terms did not move */
+    c->ready_at[CAND_PRE][b] = bk->next_pre;
 }
 
 void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
@@ -110,6 +142,7 @@ void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
         bank *bk = &c->banks[b];
         bk->next_act = MAXT(bk->next_act, t + k->tRFC);
         bk->closed_at = MAXT(bk->closed_at, t + k->tRFC);
+        bank_moved(sim, c, b);
     }
     rank_state *rk = &c->ranks[r];
     rk->refresh_pending = 0;
@@ -146,7 +179,7 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
         int b = __builtin_ctzll(m);
         m &= m - 1;
         bank *bk = &c->banks[b];
-            c->dirty_mask |= 1ull << b;
+        c->dirty_mask |= 1ull << b;
         switch (cmd) {
         case MC_CMD_PIM_ACT:
             bk->open_row = row;
@@ -171,6 +204,7 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
             break;
         default: break;
         }
+        bank_moved(sim, c, b);
     }
     if (cmd == MC_CMD_PIM_ACT) c->pim_row = row;
     if (cmd == MC_CMD_PIM_PRE) c->pim_row = -1;

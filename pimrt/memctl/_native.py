@@ -1,5 +1,6 @@
 """Loads the compiled memctl extension (pimrt._memctl), rebuilding it in place first when the
-C sources in memctl/ are newer than it (a checkout where someone edited the C code)."""
+C sources in memctl/ (or the build script with its compiler flags, native/memctl_build.py) are
+newer than it (a checkout where someone edited the C code)."""
 from __future__ import annotations
 
 import importlib
@@ -19,7 +20,8 @@ def _stale(module_file: str | None) -> bool:
     if not module_file or not src.is_dir():
         return False  # an installed wheel: no sources beside it
     built = pathlib.Path(module_file).stat().st_mtime
-    return any(p.stat().st_mtime > built for p in src.glob("*.[ch]"))
+    inputs = [*src.glob("*.[ch]"), _ROOT / "native" / "memctl_build.py"]
+    return any(p.is_file() and p.stat().st_mtime > built for p in inputs)
 
 
 def _rebuild() -> None:
