@@ -92,7 +92,7 @@ static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t l
         if (t + 1 > sim->last_done_by[MC_HOST]) sim->last_done_by[MC_HOST] = t + 1;
         return 1;
     }
-    int full = who == MC_HOST ? c->txq_count[dir] >= k->queue_depth
+    int full = who == MC_HOST ? c->txq_count[dir] >= sim->host_qd
                               : c->qcount[MC_PIM][dir] >= k->queue_depth;
     if (full || c->free_head < 0) return 0;
     int32_t s = c->free_head;

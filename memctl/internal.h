@@ -164,6 +164,7 @@ struct mc_sim {
     channel *ch;
     /* authority parameters (current) */
     int hwm[MC_NUM_REQ], lwm[MC_NUM_REQ];
+    int host_qd;               /* the host's transaction queue depth (host_queue_depth or queue_depth) */
     tick epoch_cap, min_epoch;
     /* time */
     tick now;

@@ -66,6 +66,7 @@ typedef struct mc_config {
     int tWR, tWTR_S, tWTR_L, tRTP, tRTRS, tREFI, tRFC;
     /* controller */
     int queue_depth;          /* transaction queue per requestor, channel and direction */
+    int host_queue_depth;     /* the host's (requests it may have in flight); 0: queue_depth */
     int bank_queue_depth;     /* command queue per bank (host); 0: as deep as needed */
     int dual_command_bus;     /* a row and a column command may issue in the same cycle (HBM) */
     int row_hit_cap;

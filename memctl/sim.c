@@ -26,6 +26,7 @@ static int check_config(mc_sim *sim, const mc_config *k)
     NEED(k->CL > 0 && k->CWL >= 0, "CL must be > 0 and CWL >= 0");
     NEED(k->CL + k->burst + k->tRTRS >= k->CWL, "CL + burst + tRTRS must be >= CWL");
     NEED(k->queue_depth > 0, "queue_depth must be > 0");
+    NEED(k->host_queue_depth >= 0, "host_queue_depth must be >= 0");
     NEED(k->bank_queue_depth >= 0, "bank_queue_depth must be >= 0");
     NEED(k->write_low >= 0 && k->write_low < k->write_high && k->write_high <= k->queue_depth,
          "need 0 <= write_low_watermark < write_high_watermark <= queue_depth");
@@ -97,9 +98,10 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
     for (int i = 0; i < k->map_count; i++) cap <<= k->map_bits[i];
     sim->capacity = cap;
     mc_address_init(sim);
-    sim->hwm[MC_HOST] = k->host_hwm > 0 ? k->host_hwm : (3 * k->queue_depth + 3) / 4;
+    sim->host_qd = k->host_queue_depth > 0 ? k->host_queue_depth : k->queue_depth;
+    sim->hwm[MC_HOST] = k->host_hwm > 0 ? k->host_hwm : (3 * sim->host_qd + 3) / 4;
     sim->hwm[MC_PIM] = k->pim_hwm > 0 ? k->pim_hwm : (3 * k->queue_depth + 3) / 4;
-    sim->lwm[MC_HOST] = k->host_lwm != 0 ? k->host_lwm : k->queue_depth / 4;
+    sim->lwm[MC_HOST] = k->host_lwm != 0 ? k->host_lwm : sim->host_qd / 4;
     sim->lwm[MC_PIM] = k->pim_lwm != 0 ? k->pim_lwm : k->queue_depth / 4;
     sim->epoch_cap = k->epoch_cap > 0 ? k->epoch_cap : 2000;
     sim->min_epoch = k->min_epoch;
@@ -109,7 +111,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
     sim->ch = calloc((size_t)sim->nch, sizeof *sim->ch);
     if (sim->cfg.bank_queue_depth <= 0) sim->cfg.bank_queue_depth = k->queue_depth;
     /* host: read queue + write buffer + the banks' command queues; PIM: its two queues */
-    int slots = 4 * k->queue_depth + sim->nbanks * sim->cfg.bank_queue_depth;
+    int slots = 2 * sim->host_qd + 2 * k->queue_depth + sim->nbanks * sim->cfg.bank_queue_depth;
     int ok = sim->ch != NULL;
     for (int ci = 0; ok && ci < sim->nch; ci++) {
         channel *c = &sim->ch[ci];

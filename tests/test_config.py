@@ -283,6 +283,7 @@ BAD = [
     ("controller", "write_high_watermark", "40", "write_high_watermark: 40 is more than "
                                                  "queue_depth 32"),
     ("controller", "queue_depth", "0", "queue_depth: must be positive"),
+    ("controller", "host_queue_depth", "0", "host_queue_depth: must be positive"),
     ("controller", "row_hit_cap", "0", "row_hit_cap: must be positive"),
     ("controller", "address_mapping", '"ro_ra_bg_ba_ch_cx"', "address_mapping"),
     ("controller", "address_mapping", '"ro_ra_bg_ba_co"', "field 'ch'"),
@@ -356,6 +357,7 @@ def test_controller_defaults(tmp_path):
     assert c["row_policy"] == "open" and c["scheduler"] == "frfcfs" and c["refresh"] == "rank"
     assert c["address_mapping"] == "row_interleaved"
     assert c["write_low_watermark"] < c["write_high_watermark"] <= c["queue_depth"]
+    assert c["host_queue_depth"] == c["queue_depth"]
 
 
 def test_bad_pim(tmp_path):

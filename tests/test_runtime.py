@@ -160,3 +160,16 @@ def test_layrub_traffic_goes_through_memctl():
         managed = time_step(g, policy, 2, layrub=True)
         assert managed.stats["requests"] > plain.stats["requests"]   # offloads and prefetches
         assert managed.makespan >= plain.makespan * 0.99
+
+
+def test_host_queue_follows_the_host_parts_outstanding_requests(tmp_path):
+    from pimrt.host import load_host_part
+    from pimrt.runtime.timing import with_host_buffering
+    part = load_part("hbm2_pim")
+    v100 = load_host_part("v100")
+    deep = with_host_buffering(part, "v100")
+    assert deep.controller["host_queue_depth"] == v100.max_outstanding // part.channel_count
+    assert deep.controller["queue_depth"] == part.controller["queue_depth"]   # the PIM's
+    # a part file that sets its own host queue keeps it
+    own = load_part("hbm2_pim", {"controller.host_queue_depth": 48})
+    assert with_host_buffering(own, "v100").controller["host_queue_depth"] == 48

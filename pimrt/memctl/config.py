@@ -95,6 +95,7 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "scheduler": ("str", "frfcfs"),
         "refresh": ("str", "rank"),
         "queue_depth": ("count", 32),
+        "host_queue_depth": ("count", _DERIVED),      # the host's; default: queue_depth
         "bank_queue_depth": ("count", 8),             # commands queued per bank
         "dual_command_bus": ("bool", _DERIVED),       # row + column command in one cycle;
                                                       # default: true for HBM parts
@@ -500,6 +501,7 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
                               + f" (one of: {', '.join(allowed)})")
     ctrl.setdefault("dual_command_bus", part_t["standard"].upper().startswith("HBM"))
     qd = ctrl["queue_depth"]
+    ctrl.setdefault("host_queue_depth", qd)
     ctrl.setdefault("write_high_watermark", max(1, qd * 3 // 4))
     ctrl.setdefault("write_low_watermark", min(qd // 4, ctrl["write_high_watermark"] - 1))
     hi, lo = ctrl["write_high_watermark"], ctrl["write_low_watermark"]

@@ -79,6 +79,7 @@ def make_config(part: Part, opts: Options):
                  "tRFC"):
         setattr(cfg, name, int(t.get(name, 0)))
     cfg.queue_depth = int(c["queue_depth"])
+    cfg.host_queue_depth = int(c.get("host_queue_depth", 0))
     cfg.bank_queue_depth = int(c.get("bank_queue_depth", 8))
     cfg.dual_command_bus = int(bool(c.get("dual_command_bus", part.standard.upper().startswith("HBM"))))
     cfg.row_hit_cap = int(c["row_hit_cap"])

@@ -2,7 +2,8 @@
 
 A CONV on the host asks for r requests per cycle per channel (its DRAM requests over its
 compute time). While the PIM holds a channel the host's requests wait in its queue; the queue
-(queue_depth entries) fills in queue_depth / r cycles, after which the host stalls. So:
+(host_queue_depth entries) fills in host_queue_depth / r cycles, after which the host stalls.
+So:
 
 - the PIM's epoch cap is that time (clamped to [4 x switch cost, 4000] cycles): the PIM gets
   long epochs when the host is compute-bound and short ones when it streams;
@@ -24,7 +25,7 @@ def switch_cost(part: Part) -> int:
 
 
 def layer_parameters(part: Part, host_requests: int, host_compute_cycles: int) -> dict[str, int]:
-    q = part.controller["queue_depth"]
+    q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
     cost = switch_cost(part)
     chans = part.channel_count
     r = host_requests / max(host_compute_cycles, 1) / chans       # requests / cycle / channel

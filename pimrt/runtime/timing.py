@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import types
 
 import numpy as np
 
@@ -148,6 +149,23 @@ def split_rule(part, host_part):
     return split
 
 
+def with_host_buffering(part, host_part):
+    """The part as the host sees it: a GPU keeps up to its part's `max_outstanding` requests
+    in flight (Little's law; docs/host_model.md), so the host's transaction queue per channel
+    holds max_outstanding / channels requests (never fewer than the part's queue_depth). The
+    PIM's queue keeps the part's queue_depth. With a deep host queue the host keeps computing
+    while the PIM holds a channel under `authority`, as a GPU does."""
+    from pimrt.host import load_host_part
+    hp = load_host_part(host_part) if isinstance(host_part, str) else host_part
+    qd = part.controller["queue_depth"]
+    depth = max(qd, hp.max_outstanding // part.channel_count)
+    if part.controller.get("host_queue_depth", qd) != qd:   # the part file set its own
+        return part
+    ctrl = dict(part.controller)
+    ctrl["host_queue_depth"] = depth
+    return dataclasses.replace(part, controller=types.MappingProxyType(ctrl))
+
+
 def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
               part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
               options: dict | None = None, rule: bool | None = None,
@@ -160,6 +178,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     if rule is None:
         rule = policy == "authority" and not options
     p = load_part(part) if isinstance(part, str) else part
+    p = with_host_buffering(p, host_part)
     placement = place_step(graph, p)
     pipelined = policy != "serial"
     schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
