@@ -11,8 +11,14 @@ Pipelining (research: Choi et al., IEEE Access 2024): in the forward pass the PI
 group g of a CONV's output while the host computes group g+1; in the backward pass the PIM's
 feature-map-gradient work for the layers below a CONV (batch norm, ReLU backward on the dX just
 computed) runs while the host computes that CONV's weight gradient, and the CONV's SGD update
-runs on the PIM while the host goes on with the next CONV. Each side runs its tasks in the order they are created here (one stream per
-side); a task waits for its dependencies on the other side.
+runs on the PIM while the host goes on with the next CONV. Each side runs its tasks in the
+order they are created here (one stream per side); a task waits for its dependencies on the
+other side.
+
+Two finer dependencies: a channel concatenation (DenseNet) is copied part by part, and batch
+norm and ReLU on it run per part, each part as soon as its producer is done (the earlier
+layers' features are normalised while the host computes the newest); a split depthwise CONV's
+group g needs only group g of its input, and its dX comes out in groups.
 """
 from __future__ import annotations
 
