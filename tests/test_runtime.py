@@ -230,3 +230,20 @@ def test_concat_parts_and_depthwise_groups_wait_only_for_their_own_inputs():
         r = time_step(gr, "authority", 4)
         for t in r.schedule.tasks:
             assert all(r.start[t.id] >= r.end[d] for d in t.deps)
+
+
+def test_authority_rule_gives_memory_bound_layers_long_epochs():
+    from pimrt.runtime.authority import layer_parameters, switch_cost
+    from pimrt.runtime.timing import with_host_buffering
+    part = with_host_buffering(load_part("hbm2_pim"), "v100")
+    q, cost = part.controller["host_queue_depth"], switch_cost(part)
+    chans = part.channel_count
+    # compute-bound: 0.05 requests per cycle and channel -> the PIM may hold the channel until
+    # the host's queue would fill (q / r cycles, at most 4000); the host returns after r x cost
+    p = layer_parameters(part, int(0.05 * chans * 100_000), 100_000)
+    assert p["epoch_cap"] == min(4000, int(q / 0.05))
+    assert p["host_high_watermark"] == max(1, round(0.05 * cost))
+    assert p["min_epoch"] == 2 * cost
+    # memory-bound: a request every burst on every channel -> long epochs, few switches
+    p = layer_parameters(part, chans * 100_000, 100_000 * part.burst_cycles // 2)
+    assert p == {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * cost}
