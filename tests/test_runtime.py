@@ -173,3 +173,77 @@ def test_host_queue_follows_the_host_parts_outstanding_requests(tmp_path):
     # a part file that sets its own host queue keeps it
     own = load_part("hbm2_pim", {"controller.host_queue_depth": 48})
     assert with_host_buffering(own, "v100").controller["host_queue_depth"] == 48
+
+
+class _DenseBlock(nn.Module):
+    """Two DenseNet layers: BN-ReLU-conv on the concatenation of everything before."""
+
+    def __init__(self, c=8, growth=4):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1, bias=False)
+        self.l1 = nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, growth, 3, padding=1))
+        self.l2 = nn.Sequential(nn.BatchNorm2d(c + growth), nn.ReLU(),
+                                nn.Conv2d(c + growth, growth, 3, padding=1))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(c + 2 * growth, 10))
+
+    def forward(self, x):
+        x0 = self.stem(x)
+        x1 = self.l1(x0)
+        x2 = self.l2(torch.cat([x0, x1], 1))
+        return self.head(torch.cat([x0, x1, x2], 1))
+
+
+def _depthwise_net():
+    return nn.Sequential(nn.Conv2d(3, 8, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU6(),
+                         nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False), nn.BatchNorm2d(8),
+                         nn.ReLU6(), nn.Conv2d(8, 8, 1, bias=False), nn.BatchNorm2d(8),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+
+def test_concat_parts_and_depthwise_groups_wait_only_for_their_own_inputs():
+    g = capture(_DenseBlock(), (2, 3, 8, 8))
+    s = build_schedule(g, 4)
+    by_id = {t.id: t for t in s.tasks}
+    cat = [t for t in s.tasks if t.kind == "concat"]
+    assert [t.part for t in cat] == [0, 1, 0, 1, 2]            # one copy task per part
+    for t in cat:                                               # each waits for its producer only
+        assert len({by_id[d].layer for d in t.deps}) == 1
+    first = [t for t in cat if t.part == 0][0]
+    assert by_id[first.deps[0]].layer == "stem"
+    bn = [t for t in s.tasks if t.layer == "l2_0" and t.phase == "fwd"]
+    assert [t.span for t in bn] == [(0.0, 8 / 12), (8 / 12, 1.0)]
+    assert sum(t.numel for t in bn) == g["l2_0"].numel
+    assert all(by_id[t.deps[0]].kind == "concat" and by_id[t.deps[0]].part == t.part for t in bn)
+
+    g = capture(_depthwise_net(), (2, 3, 8, 8))
+    s = build_schedule(g, 4, split=lambda layer: layer.name == "_3")
+    by_id = {t.id: t for t in s.tasks}
+    dw = [t for t in s.tasks if t.layer == "_3" and t.phase == "fwd"]
+    assert [t.group for t in dw] == [0, 1, 2, 3]
+    for t in dw:                                                # group g after ReLU6 group g
+        assert all(by_id[d].group in (t.group, -1) for d in t.deps)
+    dx = [t for t in s.tasks if t.layer == "_3" and t.phase == "bwd_data"]
+    assert [t.group for t in dx] == [0, 1, 2, 3]
+    for model in (_DenseBlock(), _depthwise_net()):             # timed: inputs before consumers
+        gr = capture(model, (2, 3, 8, 8))
+        r = time_step(gr, "authority", 4)
+        for t in r.schedule.tasks:
+            assert all(r.start[t.id] >= r.end[d] for d in t.deps)
+
+
+def test_authority_rule_gives_memory_bound_layers_long_epochs():
+    from pimrt.runtime.authority import layer_parameters, switch_cost
+    from pimrt.runtime.timing import with_host_buffering
+    part = with_host_buffering(load_part("hbm2_pim"), "v100")
+    q, cost = part.controller["host_queue_depth"], switch_cost(part)
+    chans = part.channel_count
+    # compute-bound: 0.05 requests per cycle and channel -> the PIM may hold the channel until
+    # the host's queue would fill (q / r cycles, at most 4000); the host returns after r x cost
+    p = layer_parameters(part, int(0.05 * chans * 100_000), 100_000)
+    assert p["epoch_cap"] == min(4000, int(q / 0.05))
+    assert p["host_high_watermark"] == max(1, round(0.05 * cost))
+    assert p["min_epoch"] == 2 * cost
+    # memory-bound: a request every burst on every channel -> long epochs, few switches
+    p = layer_parameters(part, chans * 100_000, 100_000 * part.burst_cycles // 2)
+    assert p == {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * cost}

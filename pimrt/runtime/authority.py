@@ -10,7 +10,11 @@ So:
 - the host takes the channel back once it has r x switch_cost requests waiting (at least 1, at
   most half the queue): what arrives during one switch, so the switch pays for itself;
 - an epoch lasts at least two switch costs, so neither side ping-pongs;
-- the PIM's watermarks stay at their defaults (its requests are bulk streams).
+- the PIM's watermarks stay at their defaults (its requests are bulk streams);
+- a memory-bound host layer (its requests need at least its compute time on the data bus:
+  r x burst cycles >= 1) competes with the PIM for the same bytes, so slicing the channel
+  finely gains nothing: it gets the longest epochs (cap 4000, the host takes the channel back
+  at half its queue, epochs of at least 8 switch costs) and pays for few switches.
 
 switch_cost = tRP (precharge all) + 2 x mode_switch_cycles (in and out of PIM mode).
 """
@@ -30,6 +34,8 @@ def layer_parameters(part: Part, host_requests: int, host_compute_cycles: int) -
     chans = part.channel_count
     r = host_requests / max(host_compute_cycles, 1) / chans       # requests / cycle / channel
     fill = q / r if r > 0 else 1e9
+    if r * part.burst_cycles >= 1:                                   # memory-bound
+        return {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * cost}
     cap = int(min(4000, max(4 * cost, fill)))
     hwm = int(min(q // 2, max(1, round(r * cost))))
     return {"epoch_cap": cap, "host_high_watermark": hwm, "min_epoch": 2 * cost}

@@ -11,8 +11,14 @@ Pipelining (research: Choi et al., IEEE Access 2024): in the forward pass the PI
 group g of a CONV's output while the host computes group g+1; in the backward pass the PIM's
 feature-map-gradient work for the layers below a CONV (batch norm, ReLU backward on the dX just
 computed) runs while the host computes that CONV's weight gradient, and the CONV's SGD update
-runs on the PIM while the host goes on with the next CONV. Each side runs its tasks in the order they are created here (one stream per
-side); a task waits for its dependencies on the other side.
+runs on the PIM while the host goes on with the next CONV. Each side runs its tasks in the
+order they are created here (one stream per side); a task waits for its dependencies on the
+other side.
+
+Two finer dependencies: a channel concatenation (DenseNet) is copied part by part, and batch
+norm and ReLU on it run per part, each part as soon as its producer is done (the earlier
+layers' features are normalised while the host computes the newest); a split depthwise CONV's
+group g needs only group g of its input, and its dX comes out in groups.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from pimrt.errors import ConfigError
 from pimrt.graph import LayerGraph
 
 HOST_COMPUTE = ("conv", "linear")
+PER_CHANNEL = ("batchnorm", "relu", "relu6")   # ops that work channel by channel
 ELEMENTWISE_PIM = ("batchnorm", "relu", "relu6", "add", "maxpool", "avgpool", "adaptive_avgpool")
 
 
@@ -38,10 +45,14 @@ class Task:
     deps: list[int]
     numel: int = 0            # elements it produces (PIM: elements it processes)
     tensors: dict = dataclasses.field(default_factory=dict)  # role -> (tensor name, bytes)
+    part: int = -1            # concat part it works on (see `span`), or -1
+    span: tuple[float, float] | None = None   # the slice of its tensors (fractions of the
+                                              # channels) when it works on one concat part
 
     @property
     def label(self) -> str:
-        g = f"[{self.group}/{self.groups}]" if self.group >= 0 else ""
+        g = f"[{self.group}/{self.groups}]" if self.group >= 0 else \
+            (f"[part {self.part}]" if self.part >= 0 else "")
         return f"{self.layer}.{self.phase}{g}"
 
 
@@ -71,6 +82,17 @@ def runs_on_pim(layer, phase: str) -> bool:
     return layer.kind != "adaptive_avgpool"
 
 
+def channelwise(layer, groups: int) -> bool:
+    """A CONV whose output channel c reads only input channel c (depthwise: groups = Cin =
+    Cout) and whose channels split into `groups` equal groups: splitting it re-reads nothing
+    and its group g depends on group g of its input only."""
+    a = layer.attrs
+    if layer.kind != "conv" or groups < 2:
+        return False
+    cin, cout = a.get("in_channels"), a.get("out_channels")
+    return a.get("groups", 1) == cin == cout and cout % groups == 0
+
+
 def _split(n: int, groups: int) -> list[tuple[int, int]]:
     return [(n * g // groups, n * (g + 1) // groups) for g in range(groups)]
 
@@ -98,9 +120,10 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                               f"{layer.name}; group counts that divide every CONV: {ok}")
     tasks: list[Task] = []
 
-    def task(side, layer, kind, phase, group, ngroups, deps, numel=0, tensors=None) -> int:
+    def task(side, layer, kind, phase, group, ngroups, deps, numel=0, tensors=None, part=-1,
+             span=None) -> int:
         tasks.append(Task(len(tasks), side, layer, kind, phase, group, ngroups,
-                          sorted(set(deps)), numel, tensors or {}))
+                          sorted(set(deps)), numel, tensors or {}, part, span))
         return len(tasks) - 1
 
     base = {}  # tensor -> the tensor it is a view of (flatten)
@@ -113,12 +136,14 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     size = {layer.name: layer.bytes for layer in graph.nodes}
     # forward: per tensor, the task producing each of its groups
     prod: dict[str, list[int]] = {}
+    # tensors produced in concat parts: tensor -> [(lo, hi)] channel fractions, one per task
+    parts: dict[str, list[tuple[float, float]]] = {}
 
     def deps_for(tensor: str, g: int, ngroups: int) -> list[int]:
         p = prod.get(real(tensor), [])
         if not p:
             return []
-        if len(p) == ngroups and g >= 0:
+        if len(p) == ngroups and g >= 0 and real(tensor) not in parts:
             return [p[g]]
         return list(p)
 
@@ -135,15 +160,28 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             ng = groups if kind == "conv" or cout % groups == 0 else 1
             if split is not None and not split(layer):
                 ng = 1
+            dw = channelwise(layer, ng) and ins[0] not in parts
             prod[name] = []
             for g, (lo, hi) in enumerate(_split(cout, ng)):
-                deps = [d for i in ins for d in deps_for(i, -1, 0)]
+                # a depthwise CONV's group g reads only group g of its input
+                deps = [d for i in ins for d in (deps_for(i, g, ng) if dw and ng > 1
+                                                 else deps_for(i, -1, 0))]
                 prod[name].append(task("host", name, kind, "fwd", g if ng > 1 else -1, ng, deps,
                                        layer.numel * (hi - lo) // cout,
                                        {"input": (ins[0], size[ins[0]]), "output": (name, size[name])}))
+        elif kind in PER_CHANNEL and len(ins) == 1 and ins[0] in parts \
+                and runs_on_pim(layer, "fwd"):
+            # batch norm / ReLU of a concatenation: each part as soon as it exists (DenseNet:
+            # the earlier layers' features are normalised while the host computes the newest)
+            prod[name], parts[name] = [], list(parts[ins[0]])
+            for k, (lo, hi) in enumerate(parts[ins[0]]):
+                prod[name].append(task("pim", name, kind, "fwd", -1, 1, [prod[ins[0]][k]],
+                                       round(layer.numel * (hi - lo)),
+                                       {"input": (ins[0], size[ins[0]]),
+                                        "output": (name, size[name])}, k, (lo, hi)))
         elif kind in ELEMENTWISE_PIM:
             ng = len(prod.get(ins[0], [])) or 1
-            if any(len(prod.get(i, [])) not in (ng, 0) for i in ins):
+            if any(len(prod.get(i, [])) not in (ng, 0) or i in parts for i in ins):
                 ng = 1
             prod[name] = []
             for g in range(ng):
@@ -153,6 +191,19 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                 prod[name].append(task(side, name, kind, "fwd", g if ng > 1 else -1, ng, deps,
                                        max(numel_in, layer.numel // ng),
                                        {"input": (ins[0], size[ins[0]]), "output": (name, size[name])}))
+        elif kind == "concat" and len(ins) > 1 and layer.attrs.get("dim", 1) in (1, -3) \
+                and all(len(s) == 4 for s in layer.input_shapes):
+            # channel concatenation: one copy task per part, each waiting for its own producer
+            chans = [s[1] for s in layer.input_shapes]
+            total, lo = sum(chans), 0
+            prod[name], parts[name] = [], []
+            for k, (i, c) in enumerate(zip(ins, chans)):
+                span = (lo / total, (lo + c) / total)
+                prod[name].append(task("pim", name, kind, "fwd", -1, 1, deps_for(i, -1, 0),
+                                       layer.numel * c // total,
+                                       {"output": (name, size[name])}, k, span))
+                parts[name].append(span)
+                lo += c
         elif kind == "concat":
             deps = [d for i in ins for d in deps_for(i, -1, 0)]
             prod[name] = [task("pim", name, kind, "fwd", -1, 1, deps, layer.numel,
@@ -202,7 +253,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         kind, name = layer.kind, layer.name
         if kind in ("input", "output") or layer.view_of:
             continue
-        ng = len(prod.get(name, [])) or 1
+        ng = 1 if name in parts else (len(prod.get(name, [])) or 1)
         gout = grad_of(name, ng)
         ins = [real(i) for i in layer.inputs]
         if kind in HOST_COMPUTE:
@@ -213,7 +264,15 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             # the feature-map gradient first (one task: splitting it by output channel would
             # make every group read and write the whole dX), then the weight gradient, during
             # which the PIM runs the layers below on dX; the update follows on the PIM
-            if needs_dx:
+            if needs_dx and channelwise(layer, ng):
+                # depthwise: dX group g comes from dY group g alone, so the PIM can start
+                # on the layers below group by group
+                ds = [task("host", name, kind, "bwd_data", g, ng,
+                           gout[g:g + 1] if len(gout) == ng else gout, graph[ins[0]].numel // ng,
+                           {"grad_output": (name, size[name]),
+                            "grad_input": (ins[0], size[ins[0]])}) for g in range(ng)]
+                contrib.setdefault(ins[0], []).append(ds)
+            elif needs_dx:
                 d = task("host", name, kind, "bwd_data", -1, 1, gout, graph[ins[0]].numel,
                          {"grad_output": (name, size[name]), "grad_input": (ins[0], size[ins[0]])})
                 contrib.setdefault(ins[0], []).append([d])
@@ -272,7 +331,8 @@ def _group_major(tasks: list[Task]) -> list[Task]:
             i += 1
             continue
         run = tasks[i:j]
-        key = {t.id: (t.group if t.group >= 0 else 1 << 30, k) for k, t in enumerate(run)}
+        key = {t.id: (t.group if t.group >= 0 else t.part if t.part >= 0 else 1 << 30, k)
+               for k, t in enumerate(run)}
         ordered = sorted(run, key=lambda t: key[t.id])
         pos = {t.id: k for k, t in enumerate(ordered)}
         if all(pos.get(d, -1) < pos[t.id] for t in ordered for d in t.deps):

@@ -213,6 +213,8 @@ def pim_records(task: Task, ctx: Context) -> np.ndarray:
             region = _region_for(task, role, ctx)
             nbytes = region.nbytes // max(task.groups, 1) if task.group >= 0 else region.nbytes
             start = region.base + nbytes * max(task.group, 0)
+            if task.span is not None:   # one part of a concatenation
+                start = region.base + int(region.nbytes * task.span[0]) // 64 * 64
             nbytes = max(int(task.numel * es * frac), 1) if role != "mask" else \
                 max(int(task.numel / 8), 1)
             nops = max(1, -(-nbytes // bytes_per_op))
