@@ -236,11 +236,21 @@ static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
     }
 }
 
+/* The last records have come (mc_feed with last, or mc_finish): a channel asleep with a few
+ * writes below the low watermark must wake, since they drain once nothing else may come
+ * (scheduler.c, update_drain). Without refresh nothing else would wake it. */
+static void no_more_records(mc_sim *sim)
+{
+    sim->fe_done = 1;
+    for (int ci = 0; ci < sim->nch; ci++) sim->ch[ci].next_event = MINT(sim->ch[ci].next_event, sim->now);
+}
+
 int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed)
 {
     *consumed = 0;
     if (sim->err[0]) return MC_ERR_STATE;
-    sim->fe_done = last != 0;
+    if (last && !sim->fe_done) no_more_records(sim);
+    else sim->fe_done = last != 0;
     for (int k = 0; k < sim->cursors; k++) /* new records: wake cursors that ran out */
         if (sim->cur[k].next < sim->now) sim->cur[k].next = sim->now;
     int rc = run(sim, recs, n);
@@ -254,10 +264,7 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
 int mc_finish(mc_sim *sim)
 {
     if (sim->err[0]) return MC_ERR_STATE;
-    if (!sim->fe_done) {
-        sim->fe_done = 1;
-        for (int ci = 0; ci < sim->nch; ci++) sim->ch[ci].next_event = MINT(sim->ch[ci].next_event, sim->now);
-    }
+    if (!sim->fe_done) no_more_records(sim);
     int rc = run(sim, NULL, 0);
     if (rc == MC_OK) { /* close the cycle accounting at the end of the run */
         tick end = MAXT(sim->last_done, sim->now);

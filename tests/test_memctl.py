@@ -172,6 +172,24 @@ def test_deterministic():
     assert la == lb
 
 
+@pytest.mark.parametrize("cap", [1, 16])
+@pytest.mark.parametrize("policy,width", [("serial", 1), ("serial", 4), ("authority", 1)])
+def test_writes_below_the_low_watermark_drain_at_the_end_without_refresh(cap, policy, width):
+    """A channel holding one write (below the low watermark) sleeps; it drains once no records
+    can come. The last chunk (finish() feeds it with last=True, no records left) must wake it:
+    without refresh nothing else would, and finish() failed with "requests can never be
+    served" (regression)."""
+    part = load_part("hbm2", {"controller.row_hit_cap": cap, "controller.refresh": "none"})
+    rec = np.zeros(3, RECORD_DTYPE)
+    rec["addr"] = [0x0, 0x800, 0x1000]  # channels 0, 1, 2
+    rec["op"] = [WRITE, READ, READ]
+    rec["cycle"] = [0, 1, 2]  # the write's channel steps (and sleeps) before the trace ends
+    ctl, log = simulate(part, rec, policy, width)
+    comp = ctl.completion_array()
+    assert sorted(comp[:, 0].tolist()) == [0, 1, 2]
+    assert check_command_log(log, part, policy=policy) == []
+
+
 def test_stream_reaches_90_percent_of_peak():
     part = load_part("hbm2")
     s = run_trace(synthetic.stream(200_000), part, Options(policy="serial", issue_width=4))

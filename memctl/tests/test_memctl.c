@@ -166,6 +166,39 @@ static void bad_records(void)
     mc_free(sim);
 }
 
+/* A channel holding one write (below the low watermark) sleeps; it drains once no records can
+ * come. A last mc_feed without records must wake it: without refresh nothing else would, and
+ * mc_finish failed with "requests can never be served" (regression). */
+static void lone_write_drains_at_the_end(void)
+{
+    char err[256];
+    mc_config k = hbm2("serial");
+    k.refresh = 0;
+    k.row_hit_cap = 1;
+    k.issue_width = 1;
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    CHECK(sim != NULL, "lone write: mc_new failed: %s", err);
+    if (!sim) return;
+    mc_record r[2];
+    memset(r, 0, sizeof r);
+    r[0].op = MC_WRITE; r[0].addr = 0;                     /* channel 0 */
+    r[1].op = MC_READ; r[1].addr = 1u << 11; r[1].cycle = 1; /* channel 1 */
+    uint64_t consumed, done = 0;
+    int rc = MC_PAUSED;
+    while (rc == MC_PAUSED) {
+        rc = mc_feed(sim, r + done, 2 - done, 0, &consumed);
+        done += consumed;
+    }
+    CHECK(rc == MC_OK && done == 2, "lone write: feed rc %d: %s", rc, mc_error(sim));
+    do rc = mc_feed(sim, r + 2, 0, 1, &consumed); while (rc == MC_PAUSED);
+    CHECK(rc == MC_OK, "lone write: last feed rc %d: %s", rc, mc_error(sim));
+    do rc = mc_finish(sim); while (rc == MC_PAUSED);
+    CHECK(rc == MC_OK, "lone write: finish rc %d: %s", rc, mc_error(sim));
+    uint64_t idx[4], cyc[4], iss[4];
+    CHECK(mc_completions_take(sim, idx, cyc, iss, 4) == 2, "lone write: not 2 completions");
+    mc_free(sim);
+}
+
 int main(void)
 {
     const char *policies[] = {"serial", "authority", "bank_partition"};
@@ -175,6 +208,7 @@ int main(void)
     }
     bad_config();
     bad_records();
+    lone_write_drains_at_the_end();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
