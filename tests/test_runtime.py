@@ -247,3 +247,12 @@ def test_authority_rule_gives_memory_bound_layers_long_epochs():
     # memory-bound: a request every burst on every channel -> long epochs, few switches
     p = layer_parameters(part, chans * 100_000, 100_000 * part.burst_cycles // 2)
     assert p == {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * cost}
+
+
+def test_contention_free_bound_lies_between_the_busiest_side_and_their_sum():
+    from pimrt.runtime.timing import contention_free_bound
+    g = capture(small_cnn([8, 16], [True, False], "max"), (2, 3, 8, 8))
+    b = contention_free_bound(g, 2)
+    assert max(b["host_busy_cycles"], b["pim_busy_cycles"]) <= b["makespan_cycles"]
+    assert b["makespan_cycles"] <= b["host_busy_cycles"] + b["pim_busy_cycles"]
+    assert b["step_ms"] == b["makespan_cycles"] * 1e-6      # hbm2_pim: tCK 1 ns

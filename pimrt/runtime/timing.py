@@ -211,3 +211,39 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     wall = time.perf_counter() - wall
     return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(), p.timing["tCK"],
                       wall, total, ctl.mode_switches())
+
+
+def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
+                          host_part="v100", issue_width: int = 4, progress=None) -> dict:
+    """The pipelined step as if host and PIM each had the memory to themselves: every task of
+    the co-execution schedule is timed through memctl alone (host and PIM never at once: a
+    barrier whenever the side changes), then each side runs its tasks in order, a task
+    starting once its side is free and its dependencies have ended. The gap between this and
+    a policy's step time is what sharing the channels costs; the gap between serial and this
+    is all the dependencies leave to overlap."""
+    p = load_part(part) if isinstance(part, str) else part
+    p = with_host_buffering(p, host_part)
+    placement = place_step(graph, p)
+    schedule = build_schedule(graph, groups, pipelined=True, split=split_rule(p, host_part))
+    alone = dataclasses.replace(schedule, pipelined=False)      # barriers between sides
+    ctx = context(graph, p, placement, host_part, "serial")
+    ctl = Controller(p, Options(policy="serial", issue_width=issue_width))
+    for recs in task_stream(alone, ctx, False):
+        ctl.feed(recs)
+        if progress:
+            progress(len(recs))
+    ctl.finish()
+    ev = ctl.events()
+    n = len(schedule.tasks)
+    dur = ev[1:2 * n:2, 1].astype(np.int64) - ev[0:2 * n:2, 0].astype(np.int64)
+    free = {"host": 0, "pim": 0}
+    end = np.zeros(n, np.int64)
+    for t in schedule.tasks:
+        start = max([free[t.side]] + [int(end[d]) for d in t.deps])
+        end[t.id] = start + dur[t.id]
+        free[t.side] = int(end[t.id])
+    busy = {side: int(sum(dur[t.id] for t in schedule.tasks if t.side == side))
+            for side in ("host", "pim")}
+    makespan = int(end.max()) if n else 0
+    return {"makespan_cycles": makespan, "step_ms": makespan * p.timing["tCK"] * 1e-6,
+            "host_busy_cycles": busy["host"], "pim_busy_cycles": busy["pim"]}
