@@ -15,8 +15,8 @@ def add_arguments(p) -> None:
                    help="zoo models (32x32 inputs)")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--groups", type=int, default=4)
-    p.add_argument("--caps", default="100,200,400,800,1600,3200")
-    p.add_argument("--hwms", default="1,2,4,8,16,24")
+    p.add_argument("--caps", default="100,400,1600,4000")
+    p.add_argument("--hwms", default="1,4,16,32,64,128")
     p.add_argument("--json", type=pathlib.Path, default=None)
 
 
