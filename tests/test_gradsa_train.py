@@ -109,6 +109,34 @@ def test_dead_rank_makes_the_others_fail_fast(tmp_path):
     assert elapsed < 150
 
 
+@pytest.mark.slow
+def test_hung_rank_makes_everyone_fail_not_hang(tmp_path):
+    """A rank that stays alive but stops (a deadlock, a stuck data loader): its peers fail
+    when the collective times out, and its own watchdog ends it; nobody hangs."""
+    world, port = 2, _free_port()
+    procs = []
+    t0 = time.monotonic()
+    for rank in range(world):
+        env = _env(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), PIMRT_TRAIN_HANG_AT="1:3")
+        procs.append(subprocess.Popen([PY, "-m", "pimrt.train", "--no-progress", *COMMON, "--batch-size", "16",
+                                       "--epochs", "5", "--timeout", "5", "--out", str(tmp_path)],
+                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=240))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a rank hung")
+    assert procs[0].returncode in (3, 4), outs[0][1]
+    assert "rank 0: error" in outs[0][1], outs[0][1]
+    assert procs[1].returncode == 4, outs[1][1]                 # the stuck rank's watchdog
+    assert "rank 1: error: no progress for 70 s" in outs[1][1], outs[1][1]
+    assert time.monotonic() - t0 < 240
+
+
 def test_torchrun_two_ranks(tmp_path):
     r = subprocess.run([PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                         str(_free_port()), "-m", "pimrt.train", "--no-progress", *COMMON, "--epochs", "1",

@@ -24,6 +24,7 @@ from pimrt.train.models import build_model
 CSV_FIELDS = ["step", "epoch", "loss", "acc", "bytes_sent", "dense_bytes", "ratio", "step_time", "density",
               "lr", "test_acc"]
 DIE_ENV = "PIMRT_TRAIN_DIE_AT"  # testing only: "RANK:STEP" makes that rank exit abruptly
+HANG_ENV = "PIMRT_TRAIN_HANG_AT"  # testing only: "RANK:STEP" makes that rank stop, alive
 
 
 def lr_at(args, step: int, total: int) -> float:
@@ -115,6 +116,8 @@ def train(args, rank: int, world: int, device) -> dict:
     step_fn = managers.get(args.manager)(ddp).wrap_step(fwd_bwd)
     die = os.environ.get(DIE_ENV, "")
     die_rank, die_step = (int(v) for v in die.split(":")) if die else (-1, -1)
+    hang = os.environ.get(HANG_ENV, "")
+    hang_rank, hang_step = (int(v) for v in hang.split(":")) if hang else (-1, -1)
     watchdog = distenv.Watchdog(rank, args.timeout * 2 + 60)
     c = state.counter
     step_times, t_start = [], time.perf_counter()
@@ -133,6 +136,9 @@ def train(args, rank: int, world: int, device) -> dict:
             for x, y in it:
                 if rank == die_rank and step == die_step:
                     os._exit(17)
+                if rank == hang_rank and step == hang_step:
+                    while True:          # alive but stuck: its own watchdog must end it
+                        time.sleep(1.0)
                 t0 = time.perf_counter()
                 lr = lr_at(args, step, total)
                 for g in opt.param_groups:
