@@ -155,10 +155,9 @@ static mc_pick pick_of(uint64_t key, int cls)
     return p;
 }
 
-void mc_host_scan(const mc_sim *sim, channel *c, tick t, int want, mc_pick *col, mc_pick *row,
-                  tick *wake)
+static inline __attribute__((always_inline)) void
+host_scan(const mc_sim *sim, channel *c, tick t, int want, mc_pick *col, mc_pick *row, tick *wake)
 {
-    mc_update_choices(sim, c);
     uint64_t kc = UINT64_MAX, kr = UINT64_MAX;
     int cc = -1, cr = -1;
     tick w = *wake;
@@ -206,4 +205,14 @@ void mc_host_scan(const mc_sim *sim, channel *c, tick t, int want, mc_pick *col,
     *col = pick_of(kc, cc);
     *row = pr;
     *wake = w;
+}
+
+void mc_host_scan(const mc_sim *sim, channel *c, tick t, int want, mc_pick *col, mc_pick *row,
+                  tick *wake)
+{
+    mc_update_choices(sim, c);
+    if (want == (WANT_COL | WANT_ROW)) /* the usual scan, compiled for it */
+        host_scan(sim, c, t, WANT_COL | WANT_ROW, col, row, wake);
+    else
+        host_scan(sim, c, t, want, col, row, wake);
 }

@@ -110,6 +110,10 @@ typedef struct channel {
     /* scheduling */
     tick next_row, next_col;   /* command bus free for row (ACT/PRE/REF) / column commands */
     tick next_event;
+    /* refresh at a glance (the ranks' refresh_pending / refresh_due, kept by scheduler.c and
+     * timing.c): ranks with a refresh pending, and the earliest refresh_due of all ranks */
+    int refreshing;
+    tick refresh_next;
     int scan_valid;            /* scan_ready holds since the last full scan: nothing issued */
     tick scan_ready;           /* earliest cycle any candidate of that scan can issue */
     uint64_t mode_switches, epochs;
@@ -208,7 +212,8 @@ typedef struct mc_policy {
     int partition_banks;   /* host and PIM own separate banks; no PIM mode */
     int barrier_on_switch; /* front end drains everything when the requestor changes */
     /* may authority pass from the owner to the other side at t? sets *wake to the next cycle
-     * the answer could change (NEVER if only a queue change can change it) */
+     * the answer could change (NEVER if only a queue change can change it). The scheduler asks
+     * only while the other side has something queued: authority never passes to an empty side */
     int (*hand_over)(const mc_sim *sim, const channel *c, tick t, tick *wake);
 } mc_policy;
 

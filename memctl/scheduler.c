@@ -72,11 +72,16 @@ static void complete(mc_sim *sim, channel *c, int32_t slot, tick done, tick t)
 static int step_refresh(mc_sim *sim, channel *c, tick t, tick *wake)
 {
     const mc_config *k = &sim->cfg;
+    if (!c->refreshing && t < c->refresh_next) { /* the common case: no rank is due */
+        wake_at(wake, c->refresh_next);
+        return 0;
+    }
     int any = 0;
     for (int r = 0; r < k->ranks; r++) {
         rank_state *rk = &c->ranks[r];
         if (!rk->refresh_pending && t >= rk->refresh_due) {
             rk->refresh_pending = 1;
+            c->refreshing++;
             c->scan_valid = 0;
         }
         if (!rk->refresh_pending) {
@@ -240,12 +245,18 @@ static int move_dir(const mc_sim *sim, channel *c, int dir)
     if (c->txq_tail[dir][b] == h) c->txq_tail[dir][b] = prev;
     c->txq_count[dir]--;
     q->next = -1;
+    /* The bank's choice (candidates.c, choose) stays as it was when q joins the end of a list
+     * that is not empty (the oldest request stays), is no row hit (the first hit per direction
+     * stays), and is no read that a queued write could wait for (write-after-read). */
+    const int same = bk->count[dir] > 0 &&
+                     (bk->open_row < 0 ||
+                      (q->row != bk->open_row && (dir == DIR_WR || bk->count[DIR_WR] == 0)));
     if (bk->tail[dir] >= 0) c->slots[bk->tail[dir]].next = h; else bk->head[dir] = h;
     bk->tail[dir] = h;
     bk->count[dir]++;
     if (--c->txq_nb[dir][b] == 0) c->txq_banks[dir] &= ~(1ull << b);
     if (bk->count[0] + bk->count[1] >= sim->cfg.bank_queue_depth) c->full_mask |= 1ull << b;
-    c->dirty_mask |= 1ull << b;
+    if (!same) c->dirty_mask |= 1ull << b;
     c->pending_mask[dir] |= 1ull << b;
     if (dir == DIR_WR) c->drain_left--;
     if (c->scan_valid) { /* only this bank changed since the last scan */
@@ -266,9 +277,7 @@ static int move_transaction(const mc_sim *sim, channel *c)
 
 static void pim_candidate(const mc_sim *sim, channel *c, tick t, cand *best, tick *wake)
 {
-    if (c->pim_count == 0) return;
-    for (int r = 0; r < sim->cfg.ranks; r++)
-        if (c->ranks[r].refresh_pending) return;
+    if (c->pim_count == 0 || c->refreshing) return;
     int32_t h = c->pim_head;
     const req *q = &c->slots[h];
     int cmd, col = 0;
@@ -435,16 +444,16 @@ static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
     }
     if (!sim->policy->partition_banks) {
         if (!c->switching) {
-            tick w = NEVER;
-            if (sim->policy->hand_over(sim, c, t, &w)) {
+            tick w = NEVER; /* (authority never passes to a side with nothing queued) */
+            if (c->qcount[1 - c->owner][0] + c->qcount[1 - c->owner][1] > 0 &&
+                sim->policy->hand_over(sim, c, t, &w)) {
                 c->switching = 1;
                 mc_account(sim, c, t);
             }
             wake_at(wake, w);
         }
         if (c->switching) {
-            for (int r = 0; r < sim->cfg.ranks; r++)
-                if (c->ranks[r].refresh_pending) return 0;
+            if (c->refreshing) return 0;
             c->scan_valid = 0;
             return step_switch(sim, c, t, wake);
         }
@@ -469,11 +478,10 @@ static int quiet(const mc_sim *sim, const channel *c, tick t, tick *wake)
         c->qcount[1 - c->owner][0] + c->qcount[1 - c->owner][1] > 0)
         return 0;
     tick w = c->scan_ready;
-    if (sim->cfg.refresh)
-        for (int r = 0; r < sim->cfg.ranks; r++) {
-            if (c->ranks[r].refresh_pending || c->ranks[r].refresh_due <= t) return 0;
-            w = MINT(w, c->ranks[r].refresh_due);
-        }
+    if (sim->cfg.refresh) {
+        if (c->refreshing || c->refresh_next <= t) return 0;
+        w = MINT(w, c->refresh_next);
+    }
     *wake = w;
     return 1;
 }

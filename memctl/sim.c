@@ -138,6 +138,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
             /* ranks refresh staggered over tREFI */
             c->ranks[r].refresh_due = (tick)k->tREFI * (r + 1) / k->ranks;
         }
+        c->refresh_next = c->ranks[0].refresh_due; /* the earliest (staggered) */
         c->pim_head = c->pim_tail = -1;
         c->pim_row = -1;
         c->owner = MC_HOST;
@@ -189,15 +190,27 @@ static int all_offered(const mc_sim *sim, uint64_t n)
     return 1;
 }
 
+static int cursor_due(const mc_sim *sim, tick t)
+{
+    for (int k = 0; k < sim->cursors; k++)
+        if (sim->cur[k].next <= t) return 1;
+    return 0;
+}
+
 /* Advance until a cursor needs more records (recs != NULL) or all work is done (NULL). */
 static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
 {
+    int moved = 1; /* a cursor may have moved: whether they all ran out can have changed */
     for (;;) {
         tick t = sim->now;
         if (recs) {
-            int rc = mc_frontend_step(sim, recs, n, t);
-            if (rc) return rc;
-            if (sim->fe_done ? all_offered(sim, n) : starved(sim, n)) return MC_OK;
+            if (cursor_due(sim, t)) { /* (only the front end moves cursors) */
+                int rc = mc_frontend_step(sim, recs, n, t);
+                if (rc) return rc;
+                moved = 1;
+            }
+            if (moved && (sim->fe_done ? all_offered(sim, n) : starved(sim, n))) return MC_OK;
+            moved = 0;
         }
         tick next = recs ? mc_frontend_next(sim, n) : NEVER;
         if (recs && next >= NEVER && sim->outstanding == 0 && !sim->npending) {

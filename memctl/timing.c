@@ -147,6 +147,9 @@ void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
     rank_state *rk = &c->ranks[r];
     rk->refresh_pending = 0;
     rk->refresh_due += k->tREFI;
+    c->refreshing--;
+    c->refresh_next = NEVER;
+    for (int i = 0; i < k->ranks; i++) c->refresh_next = MINT(c->refresh_next, c->ranks[i].refresh_due);
 }
 
 /* All-bank (PIM) commands act on every bank of the PIM scope in lockstep. */
