@@ -109,6 +109,18 @@ def _hazard(depth: int, accesses) -> bool:
     return bool(np.any(written & spread))
 
 
+
+def _is_fold(ins, srcs) -> bool:
+    """Whether an instruction writing an accumulator folds into it as the vectorised loops can
+    replay: ADD acc, acc, x or MAD acc, a, b, acc with no other accumulator read."""
+    d = ins.d
+    if ins.name == "ADD":
+        others = [o for o in srcs if o != d]
+        return len(others) == 1 and others[0].kind != isa.K_ACC
+    if ins.name == "MAD":
+        return ins.c == d and ins.a.kind != isa.K_ACC and ins.b.kind != isa.K_ACC
+    return False
+
 class GoldenBackend(Backend):
     name = "golden"
 
@@ -326,14 +338,7 @@ class GoldenBackend(Backend):
             d = ins.d
             if d.kind != isa.K_ACC:
                 continue
-            if ins.name == "ADD":
-                others = [o for o in srcs if o != d]
-                ok = len(others) == 1 and others[0].kind != isa.K_ACC
-            elif ins.name == "MAD":
-                ok = ins.c == d and ins.a.kind != isa.K_ACC and ins.b.kind != isa.K_ACC
-            else:
-                ok = False
-            if not ok:
+            if not _is_fold(ins, srcs):
                 return None
             folds[d.index] = folds.get(d.index, 0) + 1
         for idx, n in folds.items():
@@ -457,14 +462,7 @@ class GoldenBackend(Backend):
             d = i.d
             if d.kind != isa.K_ACC:
                 continue
-            if i.name == "ADD":
-                others = [o for o in srcs if o != d]
-                ok = len(others) == 1 and others[0].kind != isa.K_ACC
-            elif i.name == "MAD":
-                ok = i.c == d and i.a.kind != isa.K_ACC and i.b.kind != isa.K_ACC
-            else:
-                ok = False
-            if not ok:
+            if not _is_fold(i, srcs):
                 return None
             folds[d.index] = folds.get(d.index, 0) + 1
         for idx, n in folds.items():
