@@ -107,6 +107,12 @@ typedef struct channel {
     uint64_t epoch_served;     /* requests the owner completed in this epoch */
     int32_t pim_row;           /* row open in every bank of the PIM scope, -1 none */
     tick pim_next_col;
+    /* the max over the banks of the PIM scope (mc_sim.pim_scope) of each bank term an
+     * all-bank command waits for, so that its ready cycle costs O(1) (mc_scope_ready). Kept
+     * exact by timing.c, the only writer of the bank terms: every issue to a bank of the scope
+     * folds the bank's new terms in (they only grow; the one assignment, closed_at at a PRE,
+     * is handled there), and an all-bank command updates them directly */
+    tick scope_next_act, scope_next_rd, scope_next_wr, scope_next_pre, scope_closed_at;
     /* scheduling */
     tick next_row, next_col;   /* command bus free for row (ACT/PRE/REF) / column commands */
     tick next_event;

@@ -39,6 +39,20 @@ static void bank_moved(const mc_sim *sim, channel *c, int b)
     c->ready_at[CAND_PRE][b] = bk->next_pre;
 }
 
+/* fold bank b's terms into the PIM scope's maxima (channel.scope_next_act ...), if b is in the
+ * scope. Exact as long as each of b's terms did not decrease since it was last folded in: the
+ * maximum over the scope of a term that grew is the max of the old maximum and the new value */
+static void scope_moved(const mc_sim *sim, channel *c, int b)
+{
+    if (!((sim->pim_scope >> b) & 1)) return;
+    const bank *bk = &c->banks[b];
+    c->scope_next_act = MAXT(c->scope_next_act, bk->next_act);
+    c->scope_next_rd = MAXT(c->scope_next_rd, bk->next_rd);
+    c->scope_next_wr = MAXT(c->scope_next_wr, bk->next_wr);
+    c->scope_next_pre = MAXT(c->scope_next_pre, bk->next_pre);
+    c->scope_closed_at = MAXT(c->scope_closed_at, bk->closed_at);
+}
+
 /* a bank-group term only grows: fold it into the copy of every bank of the group */
 static void group_moved(const mc_sim *sim, channel *c, const group *g, int gi, int act)
 {
@@ -75,6 +89,7 @@ void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t)
     rk->faw[rk->faw_pos] = t;
     rk->faw_pos = (rk->faw_pos + 1) & 3;
     c->open_mask |= 1ull << b;
+    scope_moved(sim, c, b);
 }
 
 void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t)
@@ -84,9 +99,20 @@ void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t)
     bk->hits = 0;
     c->dirty_mask |= 1ull << b;
     bk->next_act = MAXT(bk->next_act, t + sim->cfg.tRP);
+    /* closed_at is assigned, not maxed. It never decreases in practice (the bank was opened by
+     * an ACT at or after its closed_at, and t is later still), but should it, the scope's max
+     * is recomputed rather than assumed */
+    int lowered = t + sim->cfg.tRP < bk->closed_at;
     bk->closed_at = t + sim->cfg.tRP;
     c->open_mask &= ~(1ull << b);
     bank_moved(sim, c, b);
+    scope_moved(sim, c, b);
+    if (lowered && ((sim->pim_scope >> b) & 1)) {
+        tick m = 0;
+        for (uint64_t s = sim->pim_scope; s; s &= s - 1)
+            m = MAXT(m, c->banks[__builtin_ctzll(s)].closed_at);
+        c->scope_closed_at = m;
+    }
 }
 
 void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
@@ -132,6 +158,7 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
     }
     group_moved(sim, c, &c->groups[gi], gi, 0); /* b's own RD / WR terms did not move */
     c->ready_at[CAND_PRE][b] = bk->next_pre;
+    scope_moved(sim, c, b);
 }
 
 void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
@@ -143,6 +170,7 @@ void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
         bk->next_act = MAXT(bk->next_act, t + k->tRFC);
         bk->closed_at = MAXT(bk->closed_at, t + k->tRFC);
         bank_moved(sim, c, b);
+        scope_moved(sim, c, b);
     }
     rank_state *rk = &c->ranks[r];
     rk->refresh_pending = 0;
@@ -152,32 +180,44 @@ void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
     for (int i = 0; i < k->ranks; i++) c->refresh_next = MINT(c->refresh_next, c->ranks[i].refresh_due);
 }
 
-/* All-bank (PIM) commands act on every bank of the PIM scope in lockstep. */
+/* All-bank (PIM) commands act on every bank of the PIM scope in lockstep: each waits for the
+ * latest bank of the scope (the channel's scope_* maxima) and for the bus. */
 tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd)
 {
-    int column = cmd == MC_CMD_PIM_RD || cmd == MC_CMD_PIM_WR;
-    tick t = MAXT(column ? c->next_col : c->next_row, c->mode_ready);
-    uint64_t m = sim->pim_scope;
-    while (m) {
-        int b = __builtin_ctzll(m);
-        m &= m - 1;
-        const bank *bk = &c->banks[b];
-        switch (cmd) {
-        case MC_CMD_PIM_ACT: t = MAXT(t, bk->next_act); break;
-        case MC_CMD_PIM_RD: t = MAXT(t, bk->next_rd); break;
-        case MC_CMD_PIM_WR: t = MAXT(t, bk->next_wr); break;
-        case MC_CMD_PIM_PRE: t = MAXT(t, bk->next_pre); break;
-        default: t = MAXT(t, bk->closed_at); break; /* PIM_ENTER / PIM_EXIT / REF */
-        }
+    (void)sim;
+    tick t;
+    switch (cmd) {
+    case MC_CMD_PIM_ACT: t = MAXT(c->next_row, c->scope_next_act); break;
+    case MC_CMD_PIM_RD: t = MAXT(MAXT(c->next_col, c->scope_next_rd), c->pim_next_col); break;
+    case MC_CMD_PIM_WR: t = MAXT(MAXT(c->next_col, c->scope_next_wr), c->pim_next_col); break;
+    case MC_CMD_PIM_PRE: t = MAXT(c->next_row, c->scope_next_pre); break;
+    default: t = MAXT(c->next_row, c->scope_closed_at); break; /* PIM_ENTER / PIM_EXIT / REF */
     }
-    if (cmd == MC_CMD_PIM_RD || cmd == MC_CMD_PIM_WR) t = MAXT(t, c->pim_next_col);
-    return t;
+    return MAXT(t, c->mode_ready);
 }
 
+/* Issue an all-bank command: every bank of the scope takes the same terms, so the scope's maxima
+ * take them too (PIM_PRE assigns closed_at in every bank: the maximum is that value). */
 void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
 {
     const mc_config *k = &sim->cfg;
     uint64_t m = sim->pim_scope;
+    if (cmd == MC_CMD_PIM_RD || cmd == MC_CMD_PIM_WR) {
+        /* only next_pre moves (and ready_at's copy of it). The banks' host choices depend on
+         * open_row, hits and the queues, none of which a PIM column command changes, so they
+         * are not marked dirty */
+        tick pre = t + (cmd == MC_CMD_PIM_RD ? k->tRTP : k->CWL + k->burst + k->tWR);
+        while (m) {
+            int b = __builtin_ctzll(m);
+            m &= m - 1;
+            bank *bk = &c->banks[b];
+            bk->next_pre = MAXT(bk->next_pre, pre);
+            c->ready_at[CAND_PRE][b] = bk->next_pre;
+        }
+        c->scope_next_pre = MAXT(c->scope_next_pre, pre);
+        c->pim_next_col = t + k->pim_column_cycles;
+        return;
+    }
     while (m) {
         int b = __builtin_ctzll(m);
         m &= m - 1;
@@ -193,12 +233,6 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
             bk->next_pre = MAXT(bk->next_pre, t + k->tRAS);
             c->open_mask |= 1ull << b;
             break;
-        case MC_CMD_PIM_RD:
-            bk->next_pre = MAXT(bk->next_pre, t + k->tRTP);
-            break;
-        case MC_CMD_PIM_WR:
-            bk->next_pre = MAXT(bk->next_pre, t + k->CWL + k->burst + k->tWR);
-            break;
         case MC_CMD_PIM_PRE:
             bk->open_row = -1;
             bk->next_act = MAXT(bk->next_act, t + k->tRP);
@@ -209,7 +243,16 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
         }
         bank_moved(sim, c, b);
     }
-    if (cmd == MC_CMD_PIM_ACT) c->pim_row = row;
-    if (cmd == MC_CMD_PIM_PRE) c->pim_row = -1;
-    if (cmd == MC_CMD_PIM_RD || cmd == MC_CMD_PIM_WR) c->pim_next_col = t + k->pim_column_cycles;
+    if (cmd == MC_CMD_PIM_ACT) {
+        c->pim_row = row;
+        c->scope_next_act = MAXT(c->scope_next_act, t + k->tRC);
+        c->scope_next_rd = MAXT(c->scope_next_rd, t + k->tRCDRD);
+        c->scope_next_wr = MAXT(c->scope_next_wr, t + k->tRCDWR);
+        c->scope_next_pre = MAXT(c->scope_next_pre, t + k->tRAS);
+    }
+    if (cmd == MC_CMD_PIM_PRE) {
+        c->pim_row = -1;
+        c->scope_next_act = MAXT(c->scope_next_act, t + k->tRP);
+        c->scope_closed_at = t + k->tRP;
+    }
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../memctl.h"
+#include "../internal.h" /* for the invariant of the PIM scope maxima */
 
 static int passed, failed;
 #define CHECK(cond, ...)                                                 \
@@ -60,6 +61,29 @@ static mc_record *make_trace(int n, int with_pim, unsigned seed)
     return r;
 }
 
+/* each channel's scope_* maxima equal the max over the PIM scope's banks (timing.c keeps them
+ * incrementally; a PIM command's ready cycle relies on them) */
+static void check_scope(const mc_sim *sim, const char *policy)
+{
+    int bad = 0;
+    for (int ci = 0; ci < sim->nch; ci++) {
+        const channel *c = &sim->ch[ci];
+        tick m[5] = {0, 0, 0, 0, 0};
+        for (uint64_t s = sim->pim_scope; s; s &= s - 1) {
+            const bank *bk = &c->banks[__builtin_ctzll(s)];
+            m[0] = MAXT(m[0], bk->next_act);
+            m[1] = MAXT(m[1], bk->next_rd);
+            m[2] = MAXT(m[2], bk->next_wr);
+            m[3] = MAXT(m[3], bk->next_pre);
+            m[4] = MAXT(m[4], bk->closed_at);
+        }
+        bad += m[0] != c->scope_next_act || m[1] != c->scope_next_rd ||
+               m[2] != c->scope_next_wr || m[3] != c->scope_next_pre ||
+               m[4] != c->scope_closed_at;
+    }
+    CHECK(bad == 0, "%s: PIM scope maxima out of date in %d channels", policy, bad);
+}
+
 static void run_policy(const char *policy, int with_pim)
 {
     mc_config k = hbm2(policy);
@@ -84,6 +108,7 @@ static void run_policy(const char *policy, int with_pim)
         rc = mc_feed(sim, r + done, half - done, 0, &consumed);
         done += consumed;
         logged += mc_cmdlog_take(sim, buf, 4096);
+        check_scope(sim, policy);
     }
     CHECK(rc == MC_OK, "%s: feed rc %d: %s", policy, rc, mc_error(sim));
     rc = MC_PAUSED;
@@ -91,12 +116,14 @@ static void run_policy(const char *policy, int with_pim)
         rc = mc_feed(sim, r + done, (uint64_t)n - done, 1, &consumed);
         done += consumed;
         logged += mc_cmdlog_take(sim, buf, 4096);
+        check_scope(sim, policy);
     }
     CHECK(rc == MC_OK && done == (uint64_t)n, "%s: last feed rc %d, %llu of %d: %s", policy, rc,
           (unsigned long long)done, n, mc_error(sim));
     do {
         rc = mc_finish(sim);
         logged += mc_cmdlog_take(sim, buf, 4096);
+        check_scope(sim, policy);
     } while (rc == MC_PAUSED);
     CHECK(rc == MC_OK, "%s: finish rc %d: %s", policy, rc, mc_error(sim));
     uint64_t m, total = 0, dup = 0;
