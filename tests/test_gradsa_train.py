@@ -81,31 +81,36 @@ def test_resume_is_exact_and_mismatch_is_named(tmp_path):
     assert r.returncode == 2 and "compressor 'gradsa'" in r.stderr
 
 
-def test_dead_rank_makes_the_others_fail_fast(tmp_path):
-    world, port = 3, _free_port()
-    procs = []
-    t0 = time.monotonic()
+def _ranks_with_fault(tmp_path, world: int, fault: dict, timeout_s: int, limit_s: int):
+    """Start `world` training ranks by hand (env://) with a testing fault in their environment;
+    returns ([(returncode, stderr)], seconds), or fails the test if a rank is still running
+    after limit_s."""
+    port, procs, t0 = _free_port(), [], time.monotonic()
     for rank in range(world):
         env = _env(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), PIMRT_TRAIN_DIE_AT="2:3")
+                   MASTER_PORT=str(port), **fault)
         procs.append(subprocess.Popen([PY, "-m", "pimrt.train", "--no-progress", *COMMON, "--batch-size", "16",
-                                       "--epochs", "5", "--timeout", "10", "--out", str(tmp_path)],
+                                       "--epochs", "5", "--timeout", str(timeout_s), "--out", str(tmp_path)],
                                       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = []
     for p in procs:
         try:
-            outs.append(p.communicate(timeout=150))
+            outs.append((p.communicate(timeout=limit_s)[1], p.returncode))
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            pytest.fail("a rank hung after its peer died")
-    elapsed = time.monotonic() - t0
-    assert procs[2].returncode == 17
+            pytest.fail(f"a rank hung ({fault})")
+    return [(rc, err) for err, rc in outs], time.monotonic() - t0
+
+
+def test_dead_rank_makes_the_others_fail_fast(tmp_path):
+    outs, elapsed = _ranks_with_fault(tmp_path, 3, {"PIMRT_TRAIN_DIE_AT": "2:3"}, 10, 150)
+    assert outs[2][0] == 17
     for rank in (0, 1):
-        assert procs[rank].returncode == 3, outs[rank][1]
-        assert f"rank {rank}: error" in outs[rank][1], outs[rank][1]
-        assert "peer rank died" in outs[rank][1] or "peer rank probably died" in outs[rank][1] \
-            or "no progress" in outs[rank][1]
+        rc, err = outs[rank]
+        assert rc == 3, err
+        assert f"rank {rank}: error" in err, err
+        assert "peer rank died" in err or "peer rank probably died" in err or "no progress" in err
     assert elapsed < 150
 
 
@@ -113,28 +118,11 @@ def test_dead_rank_makes_the_others_fail_fast(tmp_path):
 def test_hung_rank_makes_everyone_fail_not_hang(tmp_path):
     """A rank that stays alive but stops (a deadlock, a stuck data loader): its peers fail
     when the collective times out, and its own watchdog ends it; nobody hangs."""
-    world, port = 2, _free_port()
-    procs = []
-    t0 = time.monotonic()
-    for rank in range(world):
-        env = _env(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), PIMRT_TRAIN_HANG_AT="1:3")
-        procs.append(subprocess.Popen([PY, "-m", "pimrt.train", "--no-progress", *COMMON, "--batch-size", "16",
-                                       "--epochs", "5", "--timeout", "5", "--out", str(tmp_path)],
-                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=240))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("a rank hung")
-    assert procs[0].returncode in (3, 4), outs[0][1]
-    assert "rank 0: error" in outs[0][1], outs[0][1]
-    assert procs[1].returncode == 4, outs[1][1]                 # the stuck rank's watchdog
+    outs, elapsed = _ranks_with_fault(tmp_path, 2, {"PIMRT_TRAIN_HANG_AT": "1:3"}, 5, 240)
+    assert outs[0][0] in (3, 4) and "rank 0: error" in outs[0][1], outs[0][1]
+    assert outs[1][0] == 4, outs[1][1]                          # the stuck rank's watchdog
     assert "rank 1: error: no progress for 70 s" in outs[1][1], outs[1][1]
-    assert time.monotonic() - t0 < 240
+    assert elapsed < 240
 
 
 def test_torchrun_two_ranks(tmp_path):
