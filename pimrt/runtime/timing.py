@@ -187,9 +187,19 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     opts = Options(policy=policy, issue_width=issue_width, **(options or {}))
     ctl = Controller(p, opts)
     wall = time.perf_counter()
-    buf, size, total = [], 0, 0
     transfers = layrub_transfers(schedule, ctx) if layrub else None
-    for recs in task_stream(schedule, ctx, rule, transfers):
+    total = _run(ctl, task_stream(schedule, ctx, rule, transfers), progress)
+    start, end = _task_times(ctl, len(schedule.tasks))
+    wall = time.perf_counter() - wall
+    return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(), p.timing["tCK"],
+                      wall, total, ctl.mode_switches())
+
+
+def _run(ctl, stream, progress=None) -> int:
+    """Feed a stream of record arrays to the controller in chunks of about FEED_RECORDS and
+    finish the run; returns the number of records."""
+    buf, size, total = [], 0, 0
+    for recs in stream:
         buf.append(recs)
         size += len(recs)
         if size >= FEED_RECORDS:
@@ -204,13 +214,13 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
         if progress:
             progress(size)
     ctl.finish()
+    return total
+
+
+def _task_times(ctl, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each task's start and end cycles from its SIGNAL events (2 id, 2 id + 1)."""
     ev = ctl.events()
-    n = len(schedule.tasks)
-    start = ev[0:2 * n:2, 0]
-    end = ev[1:2 * n:2, 1]
-    wall = time.perf_counter() - wall
-    return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(), p.timing["tCK"],
-                      wall, total, ctl.mode_switches())
+    return ev[0:2 * n:2, 0], ev[1:2 * n:2, 1]
 
 
 def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
@@ -228,14 +238,10 @@ def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
     alone = dataclasses.replace(schedule, pipelined=False)      # barriers between sides
     ctx = context(graph, p, placement, host_part, "serial")
     ctl = Controller(p, Options(policy="serial", issue_width=issue_width))
-    for recs in task_stream(alone, ctx, False):
-        ctl.feed(recs)
-        if progress:
-            progress(len(recs))
-    ctl.finish()
-    ev = ctl.events()
+    _run(ctl, task_stream(alone, ctx, False), progress)
     n = len(schedule.tasks)
-    dur = ev[1:2 * n:2, 1].astype(np.int64) - ev[0:2 * n:2, 0].astype(np.int64)
+    start, stop = _task_times(ctl, n)
+    dur = stop.astype(np.int64) - start.astype(np.int64)
     free = {"host": 0, "pim": 0}
     end = np.zeros(n, np.int64)
     for t in schedule.tasks:
