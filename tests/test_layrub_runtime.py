@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from pimrt import zoo
@@ -171,6 +172,27 @@ def test_hardtanh_mask_bit_exact():
     g1, _ = _grads(model, x, y, lr)
     _assert_identical(g0, g1)
     assert lr.stats.masks == 2
+
+
+def _pack_reference(mask):
+    """Bit k of byte i = element 8i+k, with plain shifts and a sum."""
+    flat = mask.reshape(-1)
+    flat = torch.cat([flat, flat.new_zeros((-flat.numel()) % 8)])
+    return (flat.view(-1, 8).to(torch.uint8) << torch.arange(8, dtype=torch.uint8)).sum(
+        1, dtype=torch.uint8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 300), start=st.integers(0, 9), p=st.sampled_from([0.0, 0.1, 0.5, 1.0]),
+       seed=st.integers(0, 2**16))
+def test_pack_bits_matches_the_shift_reference(n, start, p, seed):
+    g = torch.Generator().manual_seed(seed)
+    m = (torch.rand(start + n, generator=g) < p)[start:]        # also at odd storage offsets
+    bits = pack_bits(m)
+    assert torch.equal(bits, _pack_reference(m))
+    out = unpack_bits(bits, (n,))
+    assert out.dtype == torch.bool and torch.equal(out, m)
+    assert torch.equal(out.to(torch.float32), m.to(torch.float32))   # true 0/1 bools
 
 
 def test_pack_bits_roundtrip():

@@ -144,16 +144,26 @@ def run(args) -> int:
             _step(model, x, y)
         saved["baseline"] = m.stats.saved_peak_bytes
         results = {}
-        for v in variants:
-            ctx_factory = _variant(v, model, shape, dev)
-            ctx_obj = ctx_factory()
+        factories, layrubs = {}, {}
+        for v in variants:                                   # memory: one step each
+            factories[v] = _variant(v, model, shape, dev)
+            ctx_obj = factories[v]()
             mem = PeakMemory(dev)
             with mem:
                 with ctx_obj:
                     _step(model, x, y)
-            times, cpu_times = [], []
-            for _ in range(args.steps):
-                c = ctx_factory() if not isinstance(ctx_obj, Layrub) else ctx_obj
+            if isinstance(ctx_obj, Layrub):
+                layrubs[v] = ctx_obj
+                saved[v] = ctx_obj.stats.saved_peak_bytes
+            results[v] = {"peak_bytes": mem.peak, "saved_bytes": saved.get(v),
+                          "planned_bytes": planned.get(v), "method": mem.method}
+        # time: the variants take turns, one step each per round, so none of them pays alone
+        # for the process's first steps or for a burst of load on a shared machine
+        times = {v: [] for v in variants}
+        cpu_times = {v: [] for v in variants}
+        for _ in range(args.steps):
+            for v in variants:
+                c = factories[v]()
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
                 t0, c0 = time.perf_counter(), time.process_time()
@@ -161,18 +171,15 @@ def run(args) -> int:
                     _step(model, x, y)
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-                cpu_times.append(time.process_time() - c0)
-            if isinstance(ctx_obj, Layrub):
-                saved[v] = ctx_obj.stats.saved_peak_bytes
-            results[v] = {"time_s": statistics.median(times),
-                          "cpu_s": statistics.median(cpu_times), "peak_bytes": mem.peak,
-                          "saved_bytes": saved.get(v), "planned_bytes": planned.get(v),
-                          "method": mem.method}
-            if isinstance(ctx_obj, Layrub):
-                results[v]["host_peak_bytes"] = ctx_obj.stats.host_peak_bytes
-                results[v]["offloaded_bytes"] = ctx_obj.stats.offloaded_bytes
-            del ctx_obj
+                times[v].append(time.perf_counter() - t0)
+                cpu_times[v].append(time.process_time() - c0)
+        for v in variants:
+            results[v]["time_s"] = statistics.median(times[v])
+            results[v]["cpu_s"] = statistics.median(cpu_times[v])
+            if v in layrubs:
+                results[v]["host_peak_bytes"] = layrubs[v].stats.host_peak_bytes
+                results[v]["offloaded_bytes"] = layrubs[v].stats.offloaded_bytes
+        del layrubs
         base = results["baseline"]
         for v, r in results.items():
             r["model"] = name

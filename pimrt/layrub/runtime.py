@@ -37,6 +37,7 @@ import bisect
 import contextlib
 import math
 import warnings
+import sys
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -48,14 +49,17 @@ from pimrt.layrub.errors import (LayrubBudgetError, LayrubError, LayrubUnsupport
                                  LayrubWarning, fmt_bytes, parse_bytes)
 from pimrt.layrub.pool import HostPool, align
 
-_SHIFTS_CACHE: dict[torch.device, torch.Tensor] = {}
-
-
-def _shifts(device: torch.device) -> torch.Tensor:
-    s = _SHIFTS_CACHE.get(device)
-    if s is None:
-        s = _SHIFTS_CACHE[device] = torch.arange(8, dtype=torch.uint8, device=device)
-    return s
+# Bit packing with 64-bit multiplies (little-endian): the 8 bool bytes of a word, each 0 or 1,
+# times _GATHER put element k at bit 56 + k with no carries (every partial product lands on its
+# own bit); a packed byte times _SPREAD repeats it in all 8 bytes, _SELECT keeps bit k in byte
+# k, and adding 0x7F to each byte moves "not zero" to its top bit. int64 arithmetic wraps modulo
+# 2**64, which is all the tricks need.
+_GATHER = 0x0102040810204080
+_SPREAD = 0x0101010101010101
+_SELECT = 0x8040201008040201 - (1 << 64)          # as a signed int64
+_LOW7 = 0x7F7F7F7F7F7F7F7F                         # + a byte in 0..0x80 sets its top bit
+_HIGH = 0x8080808080808080 - (1 << 64)            # iff the byte was not 0
+_LITTLE = sys.byteorder == "little"
 
 
 def pack_bits(mask: torch.Tensor) -> torch.Tensor:
@@ -64,15 +68,25 @@ def pack_bits(mask: torch.Tensor) -> torch.Tensor:
     pad = (-flat.numel()) % 8
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
-    b = flat.view(-1, 8).to(torch.uint8) << _shifts(flat.device)
-    return b.sum(1, dtype=torch.uint8)
+    if not _LITTLE:                                      # plain shifts and a sum
+        shifts = torch.arange(8, dtype=torch.uint8, device=flat.device)
+        return (flat.view(-1, 8).to(torch.uint8) << shifts).sum(1, dtype=torch.uint8)
+    if flat.storage_offset() % 8 or not flat.is_contiguous():
+        flat = flat.clone()
+    words = flat.view(torch.uint8).view(torch.int64)
+    return ((words * _GATHER) >> 56).to(torch.uint8)
 
 
 def unpack_bits(bits: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     """Inverse of :func:`pack_bits`: a bool tensor of ``shape``."""
     n = math.prod(shape)
-    out = (bits.unsqueeze(1) >> _shifts(bits.device)) & 1
-    return out.view(-1)[:n].view(shape).bool()
+    if not _LITTLE:
+        shifts = torch.arange(8, dtype=torch.uint8, device=bits.device)
+        out = (bits.unsqueeze(1) >> shifts) & 1
+        return out.view(-1)[:n].view(shape).bool()
+    words = (bits.to(torch.int64) * _SPREAD) & _SELECT    # byte k: bit k of the packed byte
+    words = (((words + _LOW7) & _HIGH) >> 7) & _SPREAD      # byte k: 0 or 1, no carries
+    return words.view(torch.uint8)[:n].view(torch.bool).view(shape)
 
 
 # --------------------------------------------------------------------------------------
