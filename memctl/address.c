@@ -19,12 +19,6 @@ void mc_address_init(mc_sim *sim)
     }
 }
 
-void mc_decode_fields(const mc_sim *sim, uint64_t addr, int64_t *f)
-{
-    for (int i = 0; i < MC_F_COUNT; i++)
-        f[i] = (int64_t)((addr >> sim->field_shift[i]) & sim->field_mask[i]);
-}
-
 void mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields)
 {
     mc_decode_fields(sim, addr, fields);

@@ -111,6 +111,7 @@ scan(const channel *c, int cls, uint64_t m, tick level, tick t, tick *wake)
     if (!m) return UINT64_MAX;
     const tick *ready_at = c->ready_at[cls];
     if (level > t) { /* none can: the earliest is the later of level and the earliest bank */
+        if (*wake <= level) return UINT64_MAX; /* (then that is no earlier than *wake) */
         tick lo = NEVER;
         while (m) {
             int b = __builtin_ctzll(m);

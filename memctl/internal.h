@@ -70,6 +70,7 @@ typedef struct req_stats {
 
 typedef struct channel {
     int index;
+    uint8_t log_channel, log_pch; /* index / pseudo_channels, index % pseudo_channels */
     bank banks[MC_MAX_BANKS];
     group *groups;             /* ranks * bankgroups */
     rank_state *ranks;
@@ -111,7 +112,8 @@ typedef struct channel {
      * all-bank command waits for, so that its ready cycle costs O(1) (mc_scope_ready). Kept
      * exact by timing.c, the only writer of the bank terms: every issue to a bank of the scope
      * folds the bank's new terms in (they only grow; the one assignment, closed_at at a PRE,
-     * is handled there), and an all-bank command updates them directly */
+     * is handled there), and an all-bank command updates them directly. Not kept (and never
+     * read) when the part has no PIM units (mc_sim.scope_kept) */
     tick scope_next_act, scope_next_rd, scope_next_wr, scope_next_pre, scope_closed_at;
     /* scheduling */
     tick next_row, next_col;   /* command bus free for row (ACT/PRE/REF) / column commands */
@@ -161,11 +163,16 @@ struct mc_sim {
     int nbanks;                /* banks per channel */
     int pim_scope_count;
     uint64_t pim_scope;        /* banks that PIM commands act on */
+    uint64_t scope_kept;       /* banks whose terms timing.c folds into channel.scope_next_*:
+                                * pim_scope, or none when the part has no PIM units (then no
+                                * PIM request is accepted, and the maxima are never read) */
     uint64_t host_banks;       /* banks the host may use */
     int host_bank_list[MC_MAX_BANKS];
     int host_bank_count;
     uint8_t bank_rank[MC_MAX_BANKS];
     uint16_t bank_group[MC_MAX_BANKS]; /* index into channel.groups */
+    uint8_t bank_bg[MC_MAX_BANKS];     /* bank group inside the rank (for the command log) */
+    int8_t bank_ba[MC_MAX_BANKS];      /* bank inside the bank group (for the command log) */
     uint64_t rank_banks[8];            /* banks of each rank */
     uint64_t group_banks[MC_MAX_BANKS]; /* banks of each bank group (index as channel.groups) */
     uint64_t capacity;
@@ -227,7 +234,12 @@ const mc_policy *mc_find_policy(const char *name);
 
 /* address.c */
 void mc_address_init(mc_sim *sim);
-void mc_decode_fields(const mc_sim *sim, uint64_t addr, int64_t *f);
+/* an address's fields (MC_F_*); inline: the front end decodes every request */
+static inline void mc_decode_fields(const mc_sim *sim, uint64_t addr, int64_t *f)
+{
+    for (int i = 0; i < MC_F_COUNT; i++)
+        f[i] = (int64_t)((addr >> sim->field_shift[i]) & sim->field_mask[i]);
+}
 
 /* timing.c: issuing a command updates every level it constrains (and channel.ready_at) */
 tick mc_act_ready(const mc_sim *sim, const channel *c, int b);

@@ -38,15 +38,14 @@ void mc_log_cmd(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t r
         sim->log = p;
         sim->log_cap = cap;
     }
-    const mc_config *k = &sim->cfg;
     mc_cmd *e = &sim->log[sim->log_len++];
     e->cycle = (uint64_t)t;
-    e->channel = (uint8_t)(c->index / k->pseudo_channels);
-    e->pseudo_channel = (uint8_t)(c->index % k->pseudo_channels);
+    e->channel = c->log_channel;
+    e->pseudo_channel = c->log_pch;
     if (b >= 0) {
-        e->rank = (uint8_t)(b / (k->bankgroups * k->banks_per_group));
-        e->bankgroup = (uint8_t)((b / k->banks_per_group) % k->bankgroups);
-        e->bank = (int8_t)(b % k->banks_per_group);
+        e->rank = sim->bank_rank[b];
+        e->bankgroup = sim->bank_bg[b];
+        e->bank = sim->bank_ba[b];
     } else {
         e->rank = (uint8_t)(b == -1 ? 0 : -b - 2); /* REF passes -(rank + 2) */
         e->bankgroup = 0xff;

@@ -87,9 +87,12 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         return NULL;
     }
     sim->pim_scope_count = __builtin_popcountll(sim->pim_scope);
+    sim->scope_kept = k->pim_enabled ? sim->pim_scope : 0;
     for (int b = 0; b < sim->nbanks; b++) {
         sim->bank_rank[b] = (uint8_t)(b / (k->bankgroups * k->banks_per_group));
         sim->bank_group[b] = (uint16_t)(b / k->banks_per_group);
+        sim->bank_bg[b] = (uint8_t)((b / k->banks_per_group) % k->bankgroups);
+        sim->bank_ba[b] = (int8_t)(b % k->banks_per_group);
         sim->rank_banks[sim->bank_rank[b]] |= 1ull << b;
         sim->group_banks[sim->bank_group[b]] |= 1ull << b;
         if ((sim->host_banks >> b) & 1) sim->host_bank_list[sim->host_bank_count++] = b;
@@ -116,6 +119,8 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
     for (int ci = 0; ok && ci < sim->nch; ci++) {
         channel *c = &sim->ch[ci];
         c->index = ci;
+        c->log_channel = (uint8_t)(ci / k->pseudo_channels);
+        c->log_pch = (uint8_t)(ci % k->pseudo_channels);
         c->groups = calloc((size_t)(k->ranks * k->bankgroups), sizeof *c->groups);
         c->ranks = calloc((size_t)k->ranks, sizeof *c->ranks);
         c->slots = calloc((size_t)slots, sizeof *c->slots);

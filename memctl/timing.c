@@ -40,11 +40,12 @@ static void bank_moved(const mc_sim *sim, channel *c, int b)
 }
 
 /* fold bank b's terms into the PIM scope's maxima (channel.scope_next_act ...), if b is in the
- * scope. Exact as long as each of b's terms did not decrease since it was last folded in: the
- * maximum over the scope of a term that grew is the max of the old maximum and the new value */
+ * scope (and the part has PIM units: mc_sim.scope_kept). Exact as long as each of b's terms did
+ * not decrease since it was last folded in: the maximum over the scope of a term that grew is
+ * the max of the old maximum and the new value */
 static void scope_moved(const mc_sim *sim, channel *c, int b)
 {
-    if (!((sim->pim_scope >> b) & 1)) return;
+    if (!((sim->scope_kept >> b) & 1)) return;
     const bank *bk = &c->banks[b];
     c->scope_next_act = MAXT(c->scope_next_act, bk->next_act);
     c->scope_next_rd = MAXT(c->scope_next_rd, bk->next_rd);
@@ -107,7 +108,7 @@ void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t)
     c->open_mask &= ~(1ull << b);
     bank_moved(sim, c, b);
     scope_moved(sim, c, b);
-    if (lowered && ((sim->pim_scope >> b) & 1)) {
+    if (lowered && ((sim->scope_kept >> b) & 1)) {
         tick m = 0;
         for (uint64_t s = sim->pim_scope; s; s &= s - 1)
             m = MAXT(m, c->banks[__builtin_ctzll(s)].closed_at);
