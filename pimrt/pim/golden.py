@@ -110,6 +110,19 @@ def _hazard(depth: int, accesses) -> bool:
 
 
 
+def _moves_only(ins, off: list[int]) -> bool:
+    """True for an instruction that touches no data (NOP, or ADDP, whose pointer steps it
+    adds to `off`)."""
+    if ins.name == "NOP":
+        return True
+    if ins.name == "ADDP":
+        for i in range(isa.N_PTR):
+            if ins.mask >> i & 1:
+                off[i] += ins.step
+        return True
+    return False
+
+
 def _is_fold(ins, srcs) -> bool:
     """Whether an instruction writing an accumulator folds into it as the vectorised loops can
     replay: ADD acc, acc, x or MAD acc, a, b, acc with no other accumulator read."""
@@ -307,12 +320,7 @@ class GoldenBackend(Backend):
         g_written: set[int] = set()
         acc_use: dict[int, int] = {}
         for ins in body:
-            if ins.name == "NOP":
-                continue
-            if ins.name == "ADDP":
-                for i in range(isa.N_PTR):
-                    if ins.mask >> i & 1:
-                        off[i] += ins.step
+            if _moves_only(ins, off):
                 continue
             srcs = [getattr(ins, s) for s in ins.used() if s != "d"]
             for o in srcs:
@@ -474,12 +482,7 @@ class GoldenBackend(Backend):
             local: set = set()
             steps = []
             for i in prog[a:b]:
-                if i.name == "NOP":
-                    continue
-                if i.name == "ADDP":
-                    for p in range(isa.N_PTR):
-                        if i.mask >> p & 1:
-                            off[p] += i.step
+                if _moves_only(i, off):
                     continue
                 srcs = [getattr(i, s) for s in i.used() if s != "d"]
                 fold = i.d.index if name == "in" and i.d.kind == isa.K_ACC else None
