@@ -1,11 +1,15 @@
 """Kernels on the golden model against torch: batch norm forward/backward within stated
 float tolerances, ReLU exact, residual add exact, SGD equal to torch's float32 formula,
-pooling exact."""
+GradSA's fold / select and the plain SGD update equal to torch (and to pimrt.gradsa's
+accumulate, select and commit), pooling exact."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, strategies as st
 
+from pimrt.gradsa.sparsify import sample_threshold, select
+from pimrt.gradsa.state import ParamState, accumulate, commit
 from pimrt.pim import kernels as K
 from pimrt.pim.errors import PimCapacityError
 from pimrt.pim.golden import GoldenBackend
@@ -91,6 +95,104 @@ def test_sgd_close_to_torch_optimizer(g):
     w2, v2 = K.sgd_update(g, w, grad, v, lr=0.1, momentum=0.9, weight_decay=1e-3)
     np.testing.assert_allclose(w2, p.detach().numpy(), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(v2, opt.state[p]["momentum_buffer"].numpy(), rtol=1e-6, atol=1e-7)
+
+
+def _bits(a) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def test_gradsa_fold_equals_torch_float32_formula(g):
+    w, grad, u, v = _x(777, 20), _x(777, 21), _x(777, 22), _x(777, 23)
+    mom, wd = 0.9, 1e-4
+    u2, v2 = K.gradsa_fold(g, w, grad, u, v, momentum=mom, weight_decay=wd)
+    wt, gt, ut, vt = (torch.tensor(a) for a in (w, grad, u, v))
+    d = gt + wt * wd                      # torch.add(g, w, alpha=wd), unfused
+    ut = ut * mom + d                     # u.mul_(momentum).add_(g')
+    vt = vt + ut                          # v.add_(u)
+    assert (_bits(u2) == _bits(ut.numpy())).all()
+    assert (_bits(v2) == _bits(vt.numpy())).all()
+
+
+def test_sgd_apply_equals_torch_float32_formula(g):
+    w, d = _x(777, 24), _x(777, 25)
+    w2 = K.sgd_apply(g, w, d, lr=0.05)
+    wt = torch.tensor(w) - 0.05 * torch.tensor(d)      # p.add_(d, alpha=-lr), unfused
+    assert (_bits(w2) == _bits(wt.numpy())).all()
+
+
+def test_gradsa_select_equals_torch(g):
+    v, u = _x(1000, 26), _x(1000, 27)
+    v[:6] = [0.0, -0.0, 0.5, -0.5, np.nextafter(np.float32(0.5), 0), np.nan]
+    u[:6] = -0.0
+    u2, mask, d = K.gradsa_select(g, v, u, 0.5)
+    ref = torch.tensor(v).abs() >= 0.5
+    ut = torch.tensor(u)
+    ut[ref] = 0
+    assert (mask == ref.numpy()).all() and list(mask[:6]) == [False, False, True, True, False, False]
+    assert (_bits(u2) == _bits(ut.numpy())).all()       # -0 kept where not selected
+    assert (_bits(d) == 0).all()                        # +0
+
+
+@pytest.mark.parametrize("n, k, seed", [(3000, 60, 0), (20000, 40, 5)])
+def test_gradsa_fold_select_equal_accumulate_select_commit(g, n, k, seed):
+    """The two kernels against compress_bucket's steps: accumulate (momentum correction),
+    select (exact top-k for a small layer, the sampled threshold for a big one), and commit
+    with masking (here with a lossless decode: v[idx] -= v[idx], u[idx] = 0)."""
+    w, grad = _x(n, 30 + seed), _x(n, 31 + seed)
+    u, v = _x(n, 32 + seed, 0.1), _x(n, 33 + seed, 0.01)
+    mom, wd = 0.9, 1e-4
+    ps = ParamState(torch.tensor(u), torch.tensor(v))
+    accumulate(ps, torch.tensor(grad) + torch.tensor(w) * wd, mom)
+    u2, v2 = K.gradsa_fold(g, w, grad, u, v, momentum=mom, weight_decay=wd)
+    assert (_bits(u2) == _bits(ps.u.numpy())).all() and (_bits(v2) == _bits(ps.v.numpy())).all()
+
+    mag = ps.v.abs()
+    idx = select(ps.v, k, generator=torch.Generator().manual_seed(seed))
+    if n <= 4096:                                   # exact top-k: its smallest magnitude
+        thr = float(mag[idx].min())
+    else:                                           # the same sampled estimate select made
+        thr = sample_threshold(mag, k, 4096, torch.Generator().manual_seed(seed))
+    u3, mask, d = K.gradsa_select(g, v2, u2, thr)
+    assert (mask == (mag >= thr).numpy()).all()     # select's candidate set
+    if mask.sum() <= k:
+        assert (np.flatnonzero(mask) == idx.numpy()).all()
+    else:                                           # select trimmed it to the top k
+        assert mask[idx.numpy()].all() and len(idx) == k
+    idx = torch.from_numpy(np.flatnonzero(mask))
+    commit(ps, idx, ps.v[idx].clone(), masking=True)
+    assert (_bits(u3) == _bits(ps.u.numpy())).all()     # u zeroed exactly where |v| >= t
+    assert (_bits(u3[~mask]) == _bits(u2[~mask])).all() and (_bits(u3[mask]) == 0).all()
+    v3 = v2.copy()
+    v3[mask] -= v2[mask]                            # the host's part: the remainder
+    assert (_bits(v3) == _bits(ps.v.numpy())).all()
+    assert (_bits(d) == 0).all()
+
+
+_TINY = float(np.finfo(np.float32).smallest_subnormal)
+
+
+@given(data=st.data())
+def test_gradsa_select_mask_is_selects_rule(data):
+    """For any v, u and threshold (float32 or not, zero, negative, NaN, tiny, huge): the mask
+    is sparsify.select's `|v| >= thr if thr > 0 else |v| > 0` (torch, float32), u is zeroed
+    exactly there and kept bit for bit elsewhere, d is +0."""
+    thr = data.draw(st.one_of(st.floats(width=32), st.floats(),
+                              st.sampled_from([0.0, -0.0, _TINY, 1e-50, 1e300, float("nan")])),
+                    label="thr")
+    t32 = np.float32(thr) if abs(thr) < 3e38 else np.float32(1.0)
+    near = [float(t32), -float(t32), float(np.nextafter(t32, np.float32(0))),
+            float(np.nextafter(t32, np.float32(np.inf))), 0.0, -0.0, _TINY, -_TINY]
+    n = data.draw(st.integers(1, 40), label="n")
+    vals = st.one_of(st.floats(width=32), st.sampled_from(near))
+    v = np.array(data.draw(st.lists(vals, min_size=n, max_size=n), label="v"), np.float32)
+    u = np.array(data.draw(st.lists(st.floats(width=32), min_size=n, max_size=n), label="u"),
+                 np.float32)
+    u2, mask, d = K.gradsa_select(GoldenBackend(rows=8, cols=32), v, u, thr)
+    mag = torch.tensor(v).abs()
+    ref = (mag >= thr if thr > 0 else mag > 0).numpy()
+    assert (mask == ref).all()
+    assert (_bits(u2[mask]) == 0).all() and (_bits(u2[~mask]) == _bits(u[~mask])).all()
+    assert (_bits(d) == 0).all()
 
 
 def test_pooling_vs_torch(g):

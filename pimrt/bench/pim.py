@@ -39,7 +39,7 @@ def _inputs(name: str, n: int, rng):
         if "mask" in arrays:
             arrays["mask"] = np.where(arrays["mask"] > 0, np.uint32(0xFFFFFFFF),
                                       np.uint32(0)).view(np.float32)
-        scal = {s: 0.5 for s in k.scalars}
+        scal = {s: 0.0 if s == "zero" else 0.5 for s in k.scalars}   # threshold 0.5
         return (lambda b: K.run_stream(b, name, arrays, scal)), n
     side = 16
     C = 64

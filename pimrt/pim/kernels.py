@@ -83,6 +83,20 @@ STREAM_KERNELS = {k.name: k for k in [
                   "MOV B[{v}+], G2", "MAD B[{w}+], G2, S2, G0"),
                  ("weight_decay", "momentum", "neg_lr"),
                  doc="g' = w*wd + g; v = v*momentum + g'; w = v*(-lr) + w"),
+    # GradSA on the unit: fold the gradient into momentum u and residual v, then select
+    StreamKernel("gradsa_fold", ("w", "g", "u", "v"), ("u", "v"),
+                 ("MOV G0, B[{g}+]", "MAD G1, B[{w}+], S0, G0", "MAD G2, B[{u}], S1, G1",
+                  "MOV B[{u}+], G2", "ADD B[{v}+], B[{v}], G2"),
+                 ("weight_decay", "momentum"),
+                 doc="g' = w*wd + g; u = u*momentum + g'; v = v + u"),
+    StreamKernel("gradsa_select", ("v", "u"), ("u", "mask", "d"),
+                 ("SUB G0, S1, B[{v}]", "MAX G0, G0, B[{v}+]", "CMPGE G1, G0, S0",
+                  "MOV B[{mask}+], G1", "SEL B[{u}+], S1, B[{u}], G1", "MOV B[{d}+], S1"),
+                 ("threshold", "zero"),
+                 doc="mask = max(0 - v, v) >= t; u = mask ? +0 : u; d = +0"),
+    StreamKernel("sgd_apply", ("w", "d"), ("w",),
+                 ("MOV G0, B[{w}]", "MAD B[{w}+], B[{d}+], S0, G0"), ("neg_lr",),
+                 doc="w = d*(-lr) + w (plain SGD: the mirror update of LaySA)"),
 ]}
 
 
@@ -186,6 +200,54 @@ def sgd_update(backend: Backend, w, g, v, lr: float, momentum: float = 0.9,
                    {"weight_decay": weight_decay, "momentum": momentum, "neg_lr": -lr})
     shape = np.shape(w)
     return r.outputs["w"].reshape(shape), r.outputs["v"].reshape(shape)
+
+
+# ---- GradSA's sparse exchange and the plain SGD update ------------------------------------
+
+def gradsa_fold(backend: Backend, w, g, u, v, momentum: float,
+                weight_decay: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """GradSA's momentum correction (pimrt.gradsa.state.accumulate, no Nesterov) with weight
+    decay folded in: g' = w*wd + g; u = u*momentum + g'; v = v + u, each operation rounded
+    to float32 (torch: torch.add(g, w, alpha=wd), u.mul_(m).add_(g'), v.add_(u); torch's CPU
+    add with alpha may fuse w*wd + g). With wd = 0 the unit still adds w*0: g' = g except
+    that g = -0 becomes +0 (w positive or +0) and an infinite or NaN w gives NaN. -> (u, v)."""
+    r = run_stream(backend, "gradsa_fold", {"w": w, "g": g, "u": u, "v": v},
+                   {"weight_decay": weight_decay, "momentum": momentum})
+    shape = np.shape(w)
+    return r.outputs["u"].reshape(shape), r.outputs["v"].reshape(shape)
+
+
+def select_threshold(threshold: float) -> np.float32:
+    """The float32 t of the unit's |v| >= t that gives the mask of sparsify.select's rule
+    `|v| >= thr if thr > 0 else |v| > 0` bit for bit: thr rounded to the nearest float32, as
+    torch rounds a Python float it compares a float32 tensor with (so 1e300 is inf and 1e-50
+    is 0, which lets zeros through as torch does); for thr <= 0 or NaN the smallest
+    subnormal, with which |v| >= t is |v| > 0."""
+    if not threshold > 0:
+        return np.float32(np.finfo(np.float32).smallest_subnormal)
+    with np.errstate(over="ignore"):
+        return np.float32(threshold)
+
+
+def gradsa_select(backend: Backend, v, u, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GradSA's selection and momentum masking (sparsify.select's threshold rule, then
+    state.commit's u[idx] = 0): mask = |v| >= t (t from select_threshold); u = mask ? +0 : u;
+    d = +0, the cleared slot of the dense gradient the aggregated update is decoded into.
+    |v| = max(0 - v, v): +0 for -0, NaN for NaN (never selected, as torch's NaN >= t is
+    false). The host reads v[mask], encodes it and writes back the remainder.
+    -> (u, mask as bool, d)."""
+    r = run_stream(backend, "gradsa_select", {"v": v, "u": u},
+                   {"threshold": float(select_threshold(threshold)), "zero": 0.0})
+    shape = np.shape(v)
+    mask = (r.outputs["mask"].view(np.uint32) != 0).reshape(shape)
+    return r.outputs["u"].reshape(shape), mask, r.outputs["d"].reshape(shape)
+
+
+def sgd_apply(backend: Backend, w, d, lr: float) -> np.ndarray:
+    """Plain SGD (no momentum, no weight decay): w = d*(-lr) + w, two float32 roundings
+    (torch: p.add_(d, alpha=-lr), whose CPU kernel may fuse). LaySA's mirror update."""
+    r = run_stream(backend, "sgd_apply", {"w": w, "d": d}, {"neg_lr": -lr})
+    return r.outputs["w"].reshape(np.shape(w))
 
 
 # ---- batch norm (training) -----------------------------------------------------------------
