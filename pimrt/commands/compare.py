@@ -16,6 +16,9 @@ def register(subparsers) -> None:
     p.add_argument("--groups", type=int, default=4)
     p.add_argument("--part", default="hbm2_pim")
     p.add_argument("--host-part", default="v100")
+    p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"),
+                   help="parameter update of every run (see pimrt run --help; the exchange "
+                        "uses run's defaults: 4 ranks, density 0.001, 10 Gbit/s)")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/compare"))
     p.add_argument("--bound", action="store_true",
                    help="also time the co-execution schedule without contention (each task "
@@ -37,7 +40,7 @@ def run(args) -> int:
         raise ConfigError(f"unknown policies {bad}; choose from {', '.join(POLICIES)}")
     graphs = {m: session.captured(m, args.batch, args.input) for m in models}
     for m, g in graphs.items():  # every check before the first long run
-        session.preflight(g, args.part, args.groups)
+        session.preflight(g, args.part, args.groups, args.update)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "compare.json"
     results: list[dict] = []
@@ -46,7 +49,8 @@ def run(args) -> int:
             serial = None
             for policy in ["serial"] + [p for p in policies if p != "serial"]:
                 r = session.timed(g, policy, args.groups if policy != "serial" else 1, args.part,
-                                  args.host_part, args.quiet, f"{m} {policy}")
+                                  args.host_part, args.quiet, f"{m} {policy}",
+                                  exchange=args.update)
                 if policy == "serial":
                     serial = r
                     if "serial" not in policies:

@@ -282,12 +282,79 @@ def _sgd_step_pim(model, backend, lr, momentum, wd):
             p.copy_(_t(new_w.reshape(w.shape), p))
 
 
+def _gradsa_step_torch(model, lr, config):
+    """GradSA's step on one rank in torch (pimrt.gradsa's own compress and decode, then plain
+    SGD: p.add_(update, alpha=-lr)). Returns the GradSA state (residuals, momenta)."""
+    from pimrt.gradsa.hook import GradSAState, aggregate, compress_bucket
+    state = GradSAState(model, config=config)
+    params = [p for p in model.parameters() if p.grad is not None]
+    payload, numels = compress_bucket(state, params, [p.grad for p in params])
+    update = torch.from_numpy(aggregate([payload], state.fmt, numels, 1))
+    state.last_kept = [np.flatnonzero(update[o:o + n].numpy())
+                       for o, n in zip(np.cumsum([0] + numels[:-1]), numels)]
+    with torch.no_grad():
+        off = 0
+        for p, n in zip(params, numels):
+            p.add_(update[off:off + n].view_as(p).to(p.device), alpha=-lr)
+            off += n
+    return state
+
+
+def _gradsa_step_pim(model, backend, lr, config):
+    """The same step with the per-element work on the PIM (pimrt.runtime.exchange): the unit
+    folds the gradient into u and v (gradsa_fold), the host draws the threshold from v as
+    GradSA's select does (same generator), the unit masks (gradsa_select), the host keeps at
+    most k of the candidates, encodes them, writes back the remainders and decodes; the unit
+    applies the update (sgd_apply). Returns the GradSA state."""
+    from pimrt.gradsa import sparsify as sp
+    from pimrt.gradsa.hook import GradSAState, aggregate
+    state = GradSAState(model, config=config)
+    density = state.density()
+    named = [(n, p) for n, p in model.named_parameters() if p.grad is not None]
+    layers, chosen = [], []
+    for name, p in named:
+        w, g = _np(p).ravel(), _np(p.grad).ravel()
+        ps = state.store.get(name, g.size, "cpu")
+        u, v = kernels.gradsa_fold(backend, w, g, ps.u.numpy(), ps.v.numpy(), config.momentum,
+                                   config.weight_decay)
+        k = sp.k_for(g.size, density)
+        mag = torch.from_numpy(np.abs(v))
+        if g.size <= config.sample_size or k >= g.size // 4:     # select's exact top-k
+            thr = float(torch.topk(mag, min(k, g.size), sorted=False).values.min())
+        else:
+            thr = sp.sample_threshold(mag, k, config.sample_size, state.generator)
+        u, mask, d = kernels.gradsa_select(backend, v, u, thr)
+        idx = torch.from_numpy(np.flatnonzero(mask))
+        if idx.numel() > k:                                       # select keeps k of them
+            idx = torch.sort(idx[torch.topk(mag[idx], k, sorted=False).indices]).values
+        ps.u, ps.v = torch.from_numpy(u), torch.from_numpy(v)
+        layers.append((idx.numpy(), v[idx.numpy()], g.size))
+        chosen.append((ps, idx, d))
+    payload, decoded = state.fmt.encode(layers)
+    state.last_kept = [ix for ix, _, _ in layers]
+    numels = [n for _, _, n in layers]
+    update = aggregate([payload], state.fmt, numels, 1)
+    off = 0
+    with torch.no_grad():
+        for (name, p), (ps, idx, d), dec, n in zip(named, chosen, decoded, numels):
+            if idx.numel():
+                ps.v[idx] -= torch.from_numpy(np.ascontiguousarray(dec))   # the remainder
+            d, upd = d.copy(), update[off:off + n]
+            nz = np.flatnonzero(upd)
+            d[nz] = upd[nz]               # scattered into the buffer the unit cleared to +0
+            p.copy_(_t(kernels.sgd_apply(backend, _np(p).ravel(), d, lr).reshape(p.shape), p))
+            off += n
+    return state
+
+
 def check_step(model_name: str, batch: int, input_size: int, backend: str = "golden",
                groups: int = 4, lr: float = 0.1, momentum: float = 0.9, wd: float = 5e-4,
-               seed: int = 0) -> dict:
+               seed: int = 0, update: str = "sgd", density: float = 0.001) -> dict:
     """One training step with the PIM ops on `backend` against a plain torch step: loss,
     every gradient and every updated parameter compared; channel groups checked to give the
-    same numbers as no groups."""
+    same numbers as no groups. update "gradsa"/"laysa": the update is GradSA's (one rank,
+    momentum correction `momentum`, weight decay `wd`, `density`) on both sides, and the PIM's
+    update is also checked against GradSA in torch on the PIM step's own gradients."""
     from pimrt import zoo
     torch.manual_seed(seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -301,7 +368,14 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
     loss_ref = F.cross_entropy(ref(x), y)
     loss_ref.backward()
     grads_ref = {n: p.grad.clone() for n, p in ref.named_parameters()}
-    _sgd_step_torch(ref, lr, momentum, wd)
+    sparse = update != "sgd"
+    if sparse:
+        from pimrt.gradsa import SparseConfig
+        config = SparseConfig(density=density, momentum=momentum, weight_decay=wd,
+                              warmup_steps=0)      # the steady density the timing uses
+        _gradsa_step_torch(ref, lr, config)
+    else:
+        _sgd_step_torch(ref, lr, momentum, wd)
     torch_wall = time.perf_counter() - t0
 
     ops = PimOps(backend, groups, record_masks=True)
@@ -311,7 +385,29 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
     loss = F.cross_entropy(logits, y)
     loss.backward()
     grads = {n: p.grad.clone() for n, p in gm.named_parameters() if p.grad is not None}
-    if ops.backend is None:
+    update_check = None
+    if sparse:
+        twin = copy.deepcopy(gm)            # the same parameters and gradients, torch's GradSA
+        for n, p in twin.named_parameters():
+            p.grad = grads[n].clone() if n in grads else None
+        t_state = _gradsa_step_torch(twin, lr, config)
+        if ops.backend is None:
+            p_state = _gradsa_step_torch(gm, lr, config)
+        else:
+            p_state = _gradsa_step_pim(gm, ops.backend, lr, config)
+        twin_params = dict(twin.named_parameters())
+        exact = all(torch.equal(p.detach(), twin_params[n].detach())
+                    for n, p in gm.named_parameters())
+        update_check = {
+            "update": update, "density": p_state.density(),   # warm-up's at step 0
+            "params_bit_equal": exact,
+            "max_param_rel_diff": max(_rel(p.detach(), twin_params[n].detach())
+                                      for n, p in gm.named_parameters()),
+            "max_residual_rel_diff": max(_rel(ps.v, t_state.store.params[n].v)
+                                         for n, ps in p_state.store.params.items()),
+            "kept_elements": int(sum(len(ix) for ix in p_state.last_kept)),
+        }
+    elif ops.backend is None:
         _sgd_step_torch(gm, lr, momentum, wd)
     else:
         _sgd_step_pim(gm, ops.backend, lr, momentum, wd)
@@ -354,4 +450,8 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
             "max_grad_rel_diff": grad_diff, "max_param_rel_diff": param_diff,
             "relu_mask_flips": flips, "max_grad_rel_diff_same_masks": grad_diff_masks,
             "groups_equal": same, "wall_s": wall, "torch_wall_s": torch_wall,
-            "device": device}
+            "device": device, "update_check": update_check}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / (b.abs().max() + 1e-12)) if a.numel() else 0.0

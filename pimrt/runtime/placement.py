@@ -57,9 +57,12 @@ class Placement:
         return self.top
 
 
-def place_step(graph: LayerGraph, part: Part) -> Placement:
+def place_step(graph: LayerGraph, part: Part, exchange: str = "sgd") -> Placement:
     """Place every tensor a training step touches, before any simulation starts (so a model
-    that does not fit fails at once)."""
+    that does not fit fails at once). exchange "gradsa"/"laysa" adds, per layer with
+    parameters, GradSA's residual, the selection mask and (LaySA) the decoded update's buffer;
+    GradSA alone writes the decoded update over the dense gradient. Every tensor keeps its own
+    addresses here; how many of them are alive at once is pimrt.runtime.exchange.footprint."""
     p = Placement(part)
     for layer in graph.nodes:
         if layer.view_of or layer.kind == "output":
@@ -80,4 +83,11 @@ def place_step(graph: LayerGraph, part: Part) -> Placement:
         if layer.param_bytes:
             for what in ("param", "pgrad", "momentum"):
                 p.alloc(f"{what}:{layer.name}", layer.param_bytes)
+            if exchange != "sgd":
+                p.alloc(f"residual:{layer.name}", layer.param_bytes)
+                p.alloc(f"smask:{layer.name}", (layer.param_bytes // layer.itemsize + 7) // 8)
+                if exchange == "laysa":
+                    p.alloc(f"update:{layer.name}", layer.param_bytes)
+                else:
+                    p.regions[f"update:{layer.name}"] = p[f"pgrad:{layer.name}"]
     return p

@@ -40,6 +40,12 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
         "pim_blocked_cycles": s["requestors"]["pim"]["cycles_blocked"],
         "simulation_wall_s": run.wall_s,
     }
+    if run.exchange is not None:
+        from pimrt.runtime.exchange import footprint
+        out["update"] = run.exchange.as_dict()
+        out["update_memory"] = footprint(run, run.exchange)
+        if serial is not None and serial.exchange is not None:
+            out["serial_update_memory"] = footprint(serial, serial.exchange)
     if serial is not None:
         out["serial_makespan_cycles"] = serial.makespan
         out["serial_step_ms"] = serial.seconds * 1e3

@@ -15,6 +15,10 @@ runs on the PIM while the host goes on with the next CONV. Each side runs its ta
 order they are created here (one stream per side); a task waits for its dependencies on the
 other side.
 
+With `exchange="gradsa"` or `"laysa"` each layer's SGD update becomes GradSA's sparse
+exchange (fold, sample, select, exchange, apply; LaySA: fetch and evict of the layer's
+momentum and residual too): pimrt.runtime.exchange.
+
 Two finer dependencies: a channel concatenation (DenseNet) is copied part by part, and batch
 norm and ReLU on it run per part, each part as soon as its producer is done (the earlier
 layers' features are normalised while the host computes the newest); a split depthwise CONV's
@@ -98,8 +102,11 @@ def _split(n: int, groups: int) -> list[tuple[int, int]]:
 
 
 def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
-                   update: bool = True, split=None) -> Schedule:
+                   update: bool = True, split=None, exchange: str = "sgd") -> Schedule:
     """Tasks of one training step (forward, loss, backward, SGD update).
+
+    exchange: "sgd" (a plain SGD update per layer on the PIM), "gradsa" or "laysa" (sparse
+    gradient exchange; pimrt.runtime.exchange says which tasks replace the update).
 
     groups: output-channel groups of every CONV (must divide their output channels);
     pipelined=False gives the serial baseline's task graph (one group, every task waits for
@@ -222,11 +229,56 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     contrib: dict[str, list[list[int]]] = {logits: [[loss]]}
     grad: dict[str, list[int]] = {}
     pending_updates: list[tuple] = []
+    if exchange not in ("sgd", "gradsa", "laysa"):
+        raise ConfigError(f"unknown update {exchange!r}; choose one of sgd, gradsa, laysa")
+    sparse = exchange != "sgd"
+    # sparse exchange (pimrt.runtime.exchange): per layer fold (PIM) -> sample (host) ->
+    # select (PIM) -> exchange (host) -> apply (PIM); each stage is created at the next point
+    # of the host's order where the host need not wait for the PIM: the fold when the next
+    # CONV starts, sample and select after its dX, the exchange after its dW, LaySA's apply
+    # when the CONV after it starts (GradSA alone: after backward)
+    folded: list[tuple] = []
+    selected: list[tuple] = []
+    applies: list[tuple] = []
+    final_updates: list[tuple] = []
+    fetched: dict[str, int] = {}
 
     def flush_updates():
+        if sparse:
+            for args in applies:
+                task(*args)
+            applies.clear()
         for args in pending_updates:
-            task(*args)
+            if not sparse:
+                task(*args)
+                continue
+            _, name, _, _, _, _, deps, numel, tensors = args
+            if exchange == "laysa":
+                deps = deps + [fetched[name]]
+            folded.append((name, numel, tensors,
+                           task("pim", name, "fold", "update", -1, 1, deps, numel, tensors)))
         pending_updates.clear()
+
+    def fetch(name: str, numel: int) -> None:
+        """LaySA: bring the layer's momentum and residual in (one layer ahead of its fold)."""
+        if exchange == "laysa":
+            fetched[name] = task("host", name, "fetch", "update", -1, 1, [], numel)
+
+    def after_dx():
+        for name, numel, tensors, f in folded:
+            smp = task("host", name, "sample", "update", -1, 1, [f], numel, tensors)
+            selected.append((name, numel, tensors,
+                             task("pim", name, "select", "update", -1, 1, [smp], numel, tensors)))
+        folded.clear()
+
+    def after_dw():
+        for name, numel, tensors, sel in selected:
+            x = task("host", name, "exchange", "update", -1, 1, [sel], numel, tensors)
+            if exchange == "laysa":
+                task("host", name, "evict", "update", -1, 1, [sel], numel)
+            (applies if exchange == "laysa" else final_updates).append(
+                ("pim", name, "update", "apply", -1, 1, [x], numel, tensors))
+        selected.clear()
 
     def grad_of(name: str, ng: int) -> list[int]:
         """The tasks giving the gradient of tensor `name` per group (accumulating the
@@ -276,8 +328,12 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                 d = task("host", name, kind, "bwd_data", -1, 1, gout, graph[ins[0]].numel,
                          {"grad_output": (name, size[name]), "grad_input": (ins[0], size[ins[0]])})
                 contrib.setdefault(ins[0], []).append([d])
+            after_dx()
+            if update and layer.param_bytes:
+                fetch(name, layer.param_bytes // layer.itemsize)
             w = task("host", name, kind, "bwd_weight", -1, 1, gout, layer.numel,
                      {"grad_output": (name, size[name]), "input": (ins[0], size[ins[0]])})
+            after_dw()
             if update and layer.param_bytes:
                 pending_updates.append(("pim", name, "update", "update", -1, 1, [w],
                                         layer.param_bytes // layer.itemsize,
@@ -299,6 +355,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             if ins[0] in prod:
                 contrib.setdefault(ins[0], []).append(outs)
             if kind == "batchnorm" and update and layer.param_bytes:
+                fetch(name, layer.param_bytes // layer.itemsize)
                 pending_updates.append(("pim", name, "update", "update", -1, 1, list(outs),
                                         layer.param_bytes // layer.itemsize,
                                         {"param": (name, layer.param_bytes)}))
@@ -311,6 +368,10 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             for i in ins:
                 contrib.setdefault(i, []).append([t])
     flush_updates()
+    after_dx()
+    after_dw()
+    for args in applies + final_updates:
+        task(*args)
     return Schedule(graph, groups, _group_major(tasks), pipelined)
 
 

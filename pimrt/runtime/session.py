@@ -22,20 +22,20 @@ def captured(model: str, batch: int, input_size: int):
     return capture(net, (batch, 3, input_size, input_size), name=model)
 
 
-def preflight(graph, part: str, groups: int) -> None:
+def preflight(graph, part: str, groups: int, exchange: str = "sgd") -> None:
     """Errors a run would hit, found before any simulation: groups that do not divide, tensors
     that do not fit the memory."""
-    build_schedule(graph, groups)
-    place_step(graph, load_part(part))
+    build_schedule(graph, groups, exchange=exchange)
+    place_step(graph, load_part(part), exchange)
 
 
 def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,
-          desc: str = "", layrub: bool = False):
+          desc: str = "", layrub: bool = False, exchange=None):
     from tqdm import tqdm
     bar = tqdm(unit="rec", unit_scale=True, desc=desc or policy, disable=quiet or None,
                file=sys.stderr, leave=False)
     try:
         return time_step(graph, policy, groups, part=part, host_part=host_part,
-                         progress=bar.update, layrub=layrub)
+                         progress=bar.update, layrub=layrub, exchange=exchange)
     finally:
         bar.close()

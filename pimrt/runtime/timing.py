@@ -34,6 +34,7 @@ class StepTiming:
     wall_s: float
     records: int
     modes: np.ndarray = None   # PIM_ENTER / PIM_EXIT per channel
+    exchange: object = None    # the ExchangeConfig the update ran with
 
     @property
     def makespan(self) -> int:
@@ -169,21 +170,27 @@ def with_host_buffering(part, host_part):
 def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
               part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
               options: dict | None = None, rule: bool | None = None,
-              layrub: bool = False) -> StepTiming:
+              layrub: bool = False, exchange=None) -> StepTiming:
     """Time one training step of `graph` (captured at its batch) under `policy`. The serial
     policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
     on for authority unless options fix the parameters) sets the authority parameters per
     layer (pimrt.runtime.authority). layrub: Layrub's offload and prefetch traffic goes
-    through memctl too (pimrt.runtime.timing.layrub_transfers)."""
+    through memctl too (pimrt.runtime.timing.layrub_transfers). exchange: an ExchangeConfig
+    (or its mode name) for GradSA / LaySA's sparse exchange instead of the SGD update
+    (pimrt.runtime.exchange)."""
+    from pimrt.runtime.exchange import ExchangeConfig
+    if not isinstance(exchange, ExchangeConfig):
+        exchange = ExchangeConfig(mode=exchange or "sgd")
     if rule is None:
         rule = policy == "authority" and not options
     p = load_part(part) if isinstance(part, str) else part
     p = with_host_buffering(p, host_part)
-    placement = place_step(graph, p)
+    placement = place_step(graph, p, exchange.mode)
     pipelined = policy != "serial"
     schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
-                              split=split_rule(p, host_part) if pipelined else None)
-    ctx = context(graph, p, placement, host_part, policy)
+                              split=split_rule(p, host_part) if pipelined else None,
+                              exchange=exchange.mode)
+    ctx = context(graph, p, placement, host_part, policy, exchange=exchange)
     opts = Options(policy=policy, issue_width=issue_width, **(options or {}))
     ctl = Controller(p, opts)
     wall = time.perf_counter()
@@ -192,7 +199,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     start, end = _task_times(ctl, len(schedule.tasks))
     wall = time.perf_counter() - wall
     return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(), p.timing["tCK"],
-                      wall, total, ctl.mode_switches())
+                      wall, total, ctl.mode_switches(), exchange)
 
 
 def _run(ctl, stream, progress=None) -> int:

@@ -13,6 +13,7 @@ about max(compute, memory) as on a GPU that overlaps the two.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from pimrt.graph import LayerGraph
 from pimrt.host import HostWork, load_host_part
 from pimrt.memctl.config import Part, encode_address
 from pimrt.pim import cycles as pim_cycles
+from pimrt.runtime.exchange import ExchangeConfig, scattered_lines
 from pimrt.runtime.placement import Placement
 from pimrt.runtime.schedule import Task
 from pimrt.trace.records import DELAY, HOST, PIM, READ, RECORD_DTYPE, WRITE
@@ -53,6 +55,15 @@ KERNELS = {
     ("accumulate", "bwd"): [("residual_add", [("R", "grad", 1), ("R", "grad", 1), ("W", "grad", 1)])],
     ("update", "update"): [("sgd", [("R", "param", 1), ("R", "pgrad", 1), ("R", "momentum", 1),
                                     ("W", "param", 1), ("W", "momentum", 1)])],
+    # sparse exchange (pimrt.runtime.exchange): GradSA's fold and select, then the update
+    ("fold", "update"): [("gradsa_fold", [("R", "param", 1), ("R", "pgrad", 1),
+                                          ("R", "momentum", 1), ("R", "residual", 1),
+                                          ("W", "momentum", 1), ("W", "residual", 1)])],
+    ("select", "update"): [("gradsa_select", [("R", "residual", 1), ("R", "momentum", 1),
+                                              ("W", "momentum", 1), ("W", "smask", 1 / 32),
+                                              ("W", "update", 1)])],
+    ("update", "apply"): [("sgd_apply", [("R", "param", 1), ("R", "update", 1),
+                                         ("W", "param", 1)])],
 }
 
 
@@ -64,6 +75,7 @@ class Context:
     placement: Placement
     partition: bool = False        # bank_partition: PIM reaches only its banks
     pim_scope: int = 16            # banks an all-bank command acts on
+    exchange: ExchangeConfig = ExchangeConfig()
 
     @property
     def tck(self) -> float:
@@ -71,11 +83,13 @@ class Context:
 
 
 def context(graph: LayerGraph, part: Part, placement: Placement, host_part="v100",
-            policy: str = "authority", pim_banks: int | None = None) -> Context:
+            policy: str = "authority", pim_banks: int | None = None,
+            exchange: ExchangeConfig | None = None) -> Context:
     nbanks = part.org["ranks"] * part.banks_per_rank
     partition = policy == "bank_partition"
     scope = (pim_banks or nbanks // 2) if partition else nbanks
-    return Context(graph, part, load_host_part(host_part), placement, partition, scope)
+    return Context(graph, part, load_host_part(host_part), placement, partition, scope,
+                   exchange or ExchangeConfig())
 
 
 def _records(n: int) -> np.ndarray:
@@ -156,6 +170,8 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
                 addr = np.concatenate([addr, ca, wa])
                 op = np.concatenate([op, co, wo])
         return _interleave(addr, op, HOST, compute, HOST_BATCH)
+    if task.kind in ("fetch", "evict", "sample", "exchange"):
+        return exchange_records(task, ctx)
     # streaming host work: loss, dropout, pools the PIM cannot do, unsupported ops
     parts = []
     for role, (tensor, nbytes) in task.tensors.items():
@@ -176,13 +192,52 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
     return _interleave(addr, op, HOST, 0, HOST_BATCH)
 
 
+def exchange_records(task: Task, ctx: Context) -> np.ndarray:
+    """LaySA's fetch (u and v written in from host memory) and evict (read out); the sample
+    of the residual the threshold comes from (GradSA's select: sample_size random elements,
+    or all of v where select takes an exact top-k); the exchange: the selection mask and the
+    selected residuals read, their remainders written back, the wire time of the all-gather,
+    the decoded update scattered (pimrt.runtime.exchange)."""
+    pl, cfg, name = ctx.placement, ctx.exchange, task.layer
+    if task.kind == "sample":
+        res = pl[f"residual:{name}"]
+        if cfg.exact_topk(task.numel):
+            a, o = _stream_lines(res.base, res.nbytes, READ)
+        else:
+            a = scattered_lines(res.base, res.nbytes, cfg.sample_size, zlib.crc32(name.encode()) + 2)
+            o = np.full(len(a), READ, np.uint8)
+        return _interleave(a, o, HOST, 0, HOST_BATCH)
+    if task.kind in ("fetch", "evict"):
+        op = WRITE if task.kind == "fetch" else READ
+        parts = [_stream_lines(pl[f"{what}:{name}"].base, pl[f"{what}:{name}"].nbytes, op)
+                 for what in ("momentum", "residual")]
+        return _interleave(np.concatenate([p[0] for p in parts]),
+                           np.concatenate([p[1] for p in parts]), HOST, 0, HOST_BATCH)
+    k = cfg.kept(task.numel)
+    seed = zlib.crc32(name.encode())
+    mask_a, mask_o = _stream_lines(pl[f"smask:{name}"].base, pl[f"smask:{name}"].nbytes, READ)
+    res = pl[f"residual:{name}"]
+    sel = scattered_lines(res.base, res.nbytes, k, seed)
+    upd = pl[f"update:{name}"]
+    dec = scattered_lines(upd.base, upd.nbytes, k * cfg.world, seed + 1)
+    before = np.concatenate([mask_a, sel, sel])
+    before_op = np.concatenate([mask_o, np.full(len(sel), READ, np.uint8),
+                                np.full(len(sel), WRITE, np.uint8)])
+    wire = int(round(cfg.wire_seconds(task.numel) * 1e9 / ctx.tck))
+    first = _interleave(before, before_op, HOST, 0, HOST_BATCH)
+    delay = _records(1)
+    delay["op"], delay["requestor"], delay["value"] = DELAY, HOST, wire
+    after = _interleave(dec, np.full(len(dec), WRITE, np.uint8), HOST, 0, HOST_BATCH)
+    return np.concatenate([first, delay if wire > 0 else _records(0), after])
+
+
 # ---------------------------------------------------------------------------------------------
 # PIM tasks
 
 def _region_for(task: Task, role: str, ctx: Context):
     pl = ctx.placement
     name = task.layer
-    if role in ("param", "pgrad", "momentum"):
+    if role in ("param", "pgrad", "momentum", "residual", "update", "smask"):
         return pl[f"{role}:{name}"]
     if role == "mask":
         return pl[f"mask:{name}"]
@@ -215,7 +270,7 @@ def pim_records(task: Task, ctx: Context) -> np.ndarray:
             start = region.base + nbytes * max(task.group, 0)
             if task.span is not None:   # one part of a concatenation
                 start = region.base + int(region.nbytes * task.span[0]) // 64 * 64
-            nbytes = max(int(task.numel * es * frac), 1) if role != "mask" else \
+            nbytes = max(int(task.numel * es * frac), 1) if not role.endswith("mask") else \
                 max(int(task.numel / 8), 1)
             nops = max(1, -(-nbytes // bytes_per_op))
             k = np.arange(nops, dtype=np.int64)
