@@ -258,3 +258,25 @@ def test_contention_free_bound_lies_between_the_busiest_side_and_their_sum():
     assert max(b["host_busy_cycles"], b["pim_busy_cycles"]) <= b["makespan_cycles"]
     assert b["makespan_cycles"] <= b["host_busy_cycles"] + b["pim_busy_cycles"]
     assert b["step_ms"] == b["makespan_cycles"] * 1e-6      # hbm2_pim: tCK 1 ns
+
+
+def test_pim_tasks_move_each_tensor_once():
+    """A residual add reads two output-sized streams and writes one (not streams the size of
+    both inputs together); a pool's task counts its input elements."""
+    from pimrt.runtime.placement import place_step
+    from pimrt.runtime.work import context, pim_records
+    from pimrt.trace.records import READ, WRITE
+    g = capture(small_cnn([8, 8], [False, True], "max"), (2, 3, 8, 8))
+    part = load_part("hbm2_pim")
+    ctx = context(g, part, place_step(g, part))
+    s = build_schedule(g, 2)
+    adds = [t for t in s.tasks if t.kind == "add" and t.phase == "fwd"]
+    assert adds and sum(t.numel for t in adds) == g[adds[0].layer].numel
+    per_op = part.request_bytes * ctx.pim_scope           # bytes an all-bank command moves
+    for t in adds:
+        r = pim_records(t, ctx)
+        nbytes = t.numel * 4
+        assert (r["op"] == READ).sum() == 2 * -(-nbytes // per_op)
+        assert (r["op"] == WRITE).sum() == -(-nbytes // per_op)
+    pools = [t for t in s.tasks if t.kind == "maxpool" and t.phase == "fwd"]
+    assert pools and sum(t.numel for t in pools) == 4 * g[pools[0].layer].numel

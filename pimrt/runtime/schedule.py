@@ -193,7 +193,9 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             prod[name] = []
             for g in range(ng):
                 deps = [d for i in ins for d in deps_for(i, g if ng > 1 else -1, ng)]
-                numel_in = sum(math.prod(s) for s in layer.input_shapes) // ng
+                # elements of one input stream (a residual add reads two of them, each of
+                # the output's size; a pool's input is larger than its output)
+                numel_in = math.prod(layer.input_shapes[0]) // ng
                 side = "pim" if runs_on_pim(layer, "fwd") else "host"
                 prod[name].append(task(side, name, kind, "fwd", g if ng > 1 else -1, ng, deps,
                                        max(numel_in, layer.numel // ng),
