@@ -131,3 +131,13 @@ def test_functional_gradsa_update_on_the_pim_matches_pimrt_gradsa():
     t = check_step("resnet_cifar_20", 2, 32, "torch", groups=2, update="gradsa")
     assert t["update_check"]["params_bit_equal"]              # torch on both sides
     assert t["update_check"]["max_residual_rel_diff"] == 0.0
+
+
+def test_layrub_traffic_is_the_same_under_every_update():
+    g = capture(small_cnn([8, 16], [False, True], "max"), (2, 3, 16, 16))
+    extra = {}
+    for mode in ("sgd", "laysa"):
+        plain = time_step(g, "authority", 2, exchange=mode)
+        managed = time_step(g, "authority", 2, exchange=mode, layrub=True)
+        extra[mode] = managed.stats["requests"] - plain.stats["requests"]
+    assert extra["sgd"] > 0 and extra["laysa"] == extra["sgd"]

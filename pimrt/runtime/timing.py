@@ -85,6 +85,8 @@ def layrub_transfers(schedule: Schedule, ctx) -> dict[int, list]:
     p = plan(schedule.graph, schedule.graph.batch)
     last: dict[tuple[str, str], int] = {}
     for t in schedule.tasks:
+        if t.phase in ("update", "apply"):     # the parameter update is not the layer's backward
+            continue
         last[(t.layer, "forward" if t.phase == "fwd" else "backward")] = t.id
     out: dict[int, list] = {}
     pl = ctx.placement
