@@ -141,3 +141,19 @@ def test_layrub_traffic_is_the_same_under_every_update():
         managed = time_step(g, "authority", 2, exchange=mode, layrub=True)
         extra[mode] = managed.stats["requests"] - plain.stats["requests"]
     assert extra["sgd"] > 0 and extra["laysa"] == extra["sgd"]
+
+
+def test_a_host_fallback_layer_with_parameters_does_not_break_the_footprint():
+    import warnings
+    import torch.nn as nn
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                      nn.GroupNorm(2, 8), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = capture(m, (2, 3, 8, 8), allow_unsupported=True)
+    assert any(l.kind == "host_fallback" and l.param_bytes for l in g.nodes)
+    params = sum(l.param_bytes for l in g.nodes)
+    for mode in ("sgd", "gradsa", "laysa"):
+        r = time_step(g, "authority", 2, exchange=mode)
+        f = footprint(r, r.exchange)
+        assert f["param_bytes"] == params and f["peak_bytes"] >= params

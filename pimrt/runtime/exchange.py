@@ -132,6 +132,8 @@ def footprint(timing, config: ExchangeConfig) -> dict:
             upd = k.get("update.update", [])
             live("grad", n, born, int(end[upd].max()) if upd else t1)
             continue
+        if "fold.update" not in k:      # parameters no update task touches (host fallback)
+            continue
         fold, sel, app = k["fold.update"], k["select.update"], k["update.apply"]
         if config.mode == "gradsa":
             persistent["momentum"] = persistent.get("momentum", 0) + n
