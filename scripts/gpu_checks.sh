@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, as one command for a machine with one (docs/architecture.md,
+# "GPU checks"; not part of CI). It uses that machine's own python3 with PyTorch and CUDA and
+# installs nothing; pimrt runs from the checkout (PYTHONPATH), and none of these checks needs
+# the memctl extension.
+#
+#   bash scripts/gpu_checks.sh            # writes its logs and JSON to $OUT (default results/gpu)
+#
+# 1. the CUDA-only tests (Layrub's side stream and pinned pool, measured host kernel times);
+# 2. Layrub on CUDA: peak memory from torch.cuda.max_memory_allocated and step time, baseline
+#    against Layrub, on the five models of issue 5;
+# 3. GradSA on NCCL: one rank per GPU, so on one GPU one rank (NCCL refuses two ranks on one
+#    device): the hook's CUDA path (compress on the device, padded all-gather, decode) end to end.
+set -uo pipefail
+OUT=${OUT:-results/gpu}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+status=0
+step() { echo; echo "== $*"; }
+
+step "environment"
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")' | tee "$OUT/env.txt" \
+    || status=1
+
+step "CUDA tests"
+timeout 240 python3 -m pytest -q -p no:cacheprovider \
+    "tests/test_layrub_runtime.py::test_cuda_side_stream_bit_identical" \
+    tests/test_host_model.py 2>&1 | tee "$OUT/tests.txt" || status=1
+
+step "Layrub on CUDA (issue 5): peak memory and step time, side by side"
+timeout 300 python3 -m pimrt bench layrub --models resnet50,resnet101,resnet152,vgg16,densenet121 \
+    --variants baseline,layrub --steps 5 --device cuda --json "$OUT/layrub_cuda.json" 2>&1 \
+    | tee "$OUT/layrub.txt" || status=1
+
+step "GradSA on NCCL, one rank (issue 6)"
+timeout 180 torchrun --standalone --nproc-per-node 1 -m pimrt.train --model tinycnn \
+    --compressor gradsa --epochs 1 --device cuda --out "$OUT/gradsa_nccl" 2>&1 \
+    | tail -25 | tee "$OUT/gradsa.txt" || status=1
+
+echo; echo "gpu checks: $([ $status = 0 ] && echo ok || echo FAILED) (logs in $OUT)"
+exit $status
