@@ -68,10 +68,6 @@ class ExchangeConfig:
         if not self.link_gbps > 0:
             raise ConfigError(f"--link-gbps must be > 0, got {self.link_gbps}")
 
-    @property
-    def sparse(self) -> bool:
-        return self.mode != "sgd"
-
     def kept(self, numel: int) -> int:
         """Elements a rank sends for a layer of `numel` (GradSA's k_for)."""
         return max(1, min(numel, math.ceil(self.density * numel)))
