@@ -134,6 +134,20 @@ def _is_fold(ins, srcs) -> bool:
         return ins.c == d and ins.a.kind != isa.K_ACC and ins.b.kind != isa.K_ACC
     return False
 
+
+def _fold_counts(pairs) -> dict[int, int] | None:
+    """For (instruction, its source operands) pairs: how many times each accumulator is folded
+    into (_is_fold), or None when one is written any other way."""
+    folds: dict[int, int] = {}
+    for ins, srcs in pairs:
+        if ins.d.kind != isa.K_ACC:
+            continue
+        if not _is_fold(ins, srcs):
+            return None
+        folds[ins.d.index] = folds.get(ins.d.index, 0) + 1
+    return folds
+
+
 class GoldenBackend(Backend):
     name = "golden"
 
@@ -341,17 +355,9 @@ class GoldenBackend(Backend):
                 g_written.add(ins.d.index)
         # accumulators written in the body: only the fold patterns (any number of them per
         # accumulator), and the accumulator used nowhere else in the body
-        folds: dict[int, int] = {}
-        for ins, srcs, _, _ in steps:
-            d = ins.d
-            if d.kind != isa.K_ACC:
-                continue
-            if not _is_fold(ins, srcs):
-                return None
-            folds[d.index] = folds.get(d.index, 0) + 1
-        for idx, n in folds.items():
-            if acc_use[idx] != 2 * n:
-                return None
+        folds = _fold_counts((ins, srcs) for ins, srcs, _, _ in steps)
+        if folds is None or any(acc_use[idx] != 2 * n for idx, n in folds.items()):
+            return None
         return steps, off
 
     def _hazard_cached(self, key, accesses) -> bool:
@@ -458,8 +464,8 @@ class GoldenBackend(Backend):
         anywhere = written["pre"] | written["in"] | written["post"]
         # accumulators written by the inner loop: only the fold patterns, used nowhere else in
         # the inner body, and set by the prologue of the same outer iteration
-        folds: dict[int, int] = {}
         acc_use: dict[int, int] = {}
+        pairs = []
         for i in prog[ranges[1][1]:ranges[1][2]]:
             if i.fmt != "data":
                 continue
@@ -467,15 +473,11 @@ class GoldenBackend(Backend):
             for o in [i.d, *srcs]:
                 if o.kind == isa.K_ACC:
                     acc_use[o.index] = acc_use.get(o.index, 0) + 1
-            d = i.d
-            if d.kind != isa.K_ACC:
-                continue
-            if not _is_fold(i, srcs):
-                return None
-            folds[d.index] = folds.get(d.index, 0) + 1
-        for idx, n in folds.items():
-            if acc_use[idx] != 2 * n or ("A", idx) not in written["pre"]:
-                return None
+            pairs.append((i, srcs))
+        folds = _fold_counts(pairs)
+        if folds is None or any(acc_use[idx] != 2 * n or ("A", idx) not in written["pre"]
+                                for idx, n in folds.items()):
+            return None
         segs = []
         for name, a, b in ranges:
             off = [0] * isa.N_PTR
