@@ -11,7 +11,8 @@ Pipelining (research: Choi et al., IEEE Access 2024): in the forward pass the PI
 group g of a CONV's output while the host computes group g+1; in the backward pass the PIM's
 feature-map-gradient work for the layers below a CONV (batch norm, ReLU backward on the dX just
 computed) runs while the host computes that CONV's weight gradient, and the CONV's SGD update
-runs on the PIM while the host goes on with the next CONV. Each side runs its tasks in the
+runs on the PIM after the backward work on the layers below the next CONV (it fills the PIM's
+wait for that CONV's dX instead of delaying the work the host waits for). Each side runs its tasks in the
 order they are created here (one stream per side); a task waits for its dependencies on the
 other side.
 
@@ -187,8 +188,11 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                                        {"input": (ins[0], size[ins[0]]),
                                         "output": (name, size[name])}, k, (lo, hi)))
         elif kind in ELEMENTWISE_PIM:
-            ng = len(prod.get(ins[0], [])) or 1
-            if any(len(prod.get(i, [])) not in (ng, 0) or i in parts for i in ins):
+            # as many groups as its grouped inputs; an input made whole (one task) is complete
+            # before any group starts, so a residual add of a grouped branch and a whole
+            # shortcut still runs group by group (and the ReLU after it, and the next CONV)
+            ng = max([len(prod.get(i, [])) for i in ins] + [1])
+            if any(len(prod.get(i, [])) not in (ng, 1, 0) or i in parts for i in ins):
                 ng = 1
             prod[name] = []
             for g in range(ng):
@@ -245,15 +249,22 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     final_updates: list[tuple] = []
     fetched: dict[str, int] = {}
 
-    def flush_updates():
-        if sparse:
-            for args in applies:
+    # SGD: a layer's update waits one CONV more in the PIM's order, so that it comes after
+    # the PIM's backward work on the layer below the next CONV (the host's next dX waits for
+    # that work; nothing in the step waits for an update)
+    lagged: list[tuple] = []
+
+    def flush_updates(final: bool = False):
+        if not sparse:
+            for args in lagged + (pending_updates if final else []):
                 task(*args)
-            applies.clear()
+            lagged[:] = [] if final else pending_updates
+            pending_updates.clear()
+            return
+        for args in applies:
+            task(*args)
+        applies.clear()
         for args in pending_updates:
-            if not sparse:
-                task(*args)
-                continue
             _, name, _, _, _, _, deps, numel, tensors = args
             if exchange == "laysa":
                 deps = deps + [fetched[name]]
@@ -369,7 +380,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                      {"grad_output": (name, size[name])})
             for i in ins:
                 contrib.setdefault(i, []).append([t])
-    flush_updates()
+    flush_updates(final=True)
     after_dx()
     after_dw()
     for args in applies + final_updates:
