@@ -158,6 +158,7 @@ struct mc_policy;
 struct mc_sim {
     mc_config cfg;
     const struct mc_policy *policy;
+    int partition_banks;       /* policy->partition_banks, at hand */
     char err[512];
     int nch;                   /* channels x pseudo-channels */
     int nbanks;                /* banks per channel */
@@ -252,12 +253,20 @@ tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd);
 void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t);
 
 /* log.c */
-void mc_log_cmd(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t row,
-                int32_t col, tick t);
+void mc_log_cmd_slow(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t row,
+                     int32_t col, tick t);
+/* count a command; the mode log and the command log (when on) are kept out of line */
+static inline void mc_log_cmd(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t row,
+                              int32_t col, tick t)
+{
+    sim->commands++;
+    if (sim->log_on || cmd == MC_CMD_PIM_ENTER || cmd == MC_CMD_PIM_EXIT)
+        mc_log_cmd_slow(sim, c, b, cmd, by, row, col, t);
+}
 
 /* stats.c */
 void mc_stats_init_channel(mc_sim *sim, channel *c);
-void mc_account(mc_sim *sim, channel *c, tick t);
+void mc_account_slow(mc_sim *sim, channel *c, tick t);
 void mc_account_close(mc_sim *sim, channel *c, tick t);
 void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick issue);
 int mc_set_error(mc_sim *sim, int code, const char *fmt, ...);
@@ -268,8 +277,6 @@ typedef struct mc_pick {
     int bank, cls;             /* bank -1: none */
 } mc_pick;
 int mc_older_read(const channel *c, int32_t h, const req *w);
-void mc_update_choices(const mc_sim *sim, channel *c);
-tick mc_bank_wake(const mc_sim *sim, const channel *c, int b);
 void mc_host_scan(const mc_sim *sim, channel *c, tick t, int want, mc_pick *col, mc_pick *row,
                   tick *wake);
 
@@ -280,9 +287,23 @@ void mc_channel_step(mc_sim *sim, channel *c, tick t);
  * switch is done; bank_partition: always) */
 static inline int mc_can_serve(const mc_sim *sim, const channel *c, int requestor, tick t)
 {
-    if (sim->policy->partition_banks) return 1;
+    if (sim->partition_banks) return 1;
     return c->owner == requestor && !c->switching && c->mode == (requestor == MC_PIM) &&
            c->mode_ready <= t;
+}
+
+/* stats.c: a requestor's cycle-accounting state (idle, active, blocked) may have changed at t;
+ * inline: it rarely has */
+static inline void mc_account(mc_sim *sim, channel *c, tick t)
+{
+    for (int r = 0; r < MC_NUM_REQ; r++) {
+        int queued = c->qcount[r][0] + c->qcount[r][1] > 0;
+        int state = !queued ? 0 : (mc_can_serve(sim, c, r, t) ? 1 : 2);
+        if (state != c->rs[r].state) {
+            mc_account_slow(sim, c, t);
+            return;
+        }
+    }
 }
 
 /* frontend.c */

@@ -3,10 +3,9 @@
 
 #include "internal.h"
 
-void mc_log_cmd(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t row,
-                int32_t col, tick t)
+void mc_log_cmd_slow(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t row,
+                     int32_t col, tick t)
 {
-    sim->commands++;
     if (cmd == MC_CMD_PIM_ENTER || cmd == MC_CMD_PIM_EXIT) {
         if (sim->mode_len == sim->mode_cap) {
             uint64_t cap = sim->mode_cap ? sim->mode_cap * 2 : 1024;

@@ -2,7 +2,7 @@
  * hits first, then the oldest request) with a cap on consecutive row hits. One command per
  * channel per cycle. When nothing can issue, the channel sleeps until the earliest cycle at
  * which something could (no per-cycle work while idle). */
-#include "internal.h"
+#include "candidates.h"
 
 typedef struct cand {
     int cmd;          /* MC_CMD_* or -1 */
@@ -54,6 +54,35 @@ static void host_best(const channel *c, const mc_pick *col, const mc_pick *row, 
         best->slot = -1;
         best->seq = UINT64_MAX;
         break;
+    }
+}
+
+/* the same for the scan's keys (mc_host_scan_keys): the candidate of key (class cls), or the
+ * PRE of the idle bank `idle` (cls CAND_IDLE) */
+static inline void host_cand(const channel *c, uint64_t key, int cls, int idle, cand *best)
+{
+    if (cls == CAND_IDLE) {
+        best->cmd = MC_CMD_PRE;
+        best->bank = idle;
+        best->slot = best->prev = -1;
+        best->seq = UINT64_MAX;
+        best->col = 0;
+        return;
+    }
+    const int b = (int)(key & 63);
+    const bank *bk = &c->banks[b];
+    best->bank = b;
+    best->seq = key >> 6;
+    if (cls == CAND_RD || cls == CAND_WR) {
+        best->cmd = cls == CAND_RD ? MC_CMD_RD : MC_CMD_WR;
+        best->slot = bk->col_slot[cls];
+        best->prev = bk->col_prev[cls];
+        best->col = 1;
+    } else {
+        best->cmd = bk->other_cmd;
+        best->slot = bk->other_slot;
+        best->prev = -1;
+        best->col = 0;
     }
 }
 
@@ -219,7 +248,8 @@ static void update_drain(const mc_sim *sim, channel *c)
  * banks whose command queue holds bank_queue_depth). It is the oldest of the first movable
  * entries of those banks' FIFOs: for reads the FIFO's head; a write waiting for an earlier
  * read of its address (in the same bank's FIFO) lets later writes of the bank go first. */
-static int move_dir(const mc_sim *sim, channel *c, int dir)
+static inline __attribute__((always_inline)) int
+move_dir(const mc_sim *sim, channel *c, int dir)
 {
     uint64_t m = c->txq_banks[dir] & ~c->full_mask;
     int32_t h = -1, prev = -1;
@@ -292,7 +322,8 @@ static void pim_candidate(const mc_sim *sim, channel *c, tick t, cand *best, tic
     else wake_at(wake, ready);
 }
 
-static void unlink_host(channel *c, int b, int dir, int32_t slot, int32_t prev)
+static inline __attribute__((always_inline)) void
+unlink_host(channel *c, int b, int dir, int32_t slot, int32_t prev)
 {
     bank *bk = &c->banks[b];
     int32_t next = c->slots[slot].next;
@@ -304,7 +335,8 @@ static void unlink_host(channel *c, int b, int dir, int32_t slot, int32_t prev)
     c->qcount[MC_HOST][dir]--;
 }
 
-static void issue(mc_sim *sim, channel *c, const cand *k, tick t)
+static inline __attribute__((always_inline)) void
+issue(mc_sim *sim, channel *c, const cand *k, tick t)
 {
     const mc_config *cfg = &sim->cfg;
     req *q = k->slot >= 0 ? &c->slots[k->slot] : NULL;
@@ -387,14 +419,20 @@ static void row_after_column(const mc_sim *sim, const channel *c, int b, tick t,
  * the oldest command that can; with a dual command bus, then one of the other kind. */
 static int frfcfs(mc_sim *sim, channel *c, tick t, tick *wake)
 {
-    const int host = mc_can_serve(sim, c, MC_HOST, t), pim = mc_can_serve(sim, c, MC_PIM, t);
+    /* mc_can_serve, knowing what schedule() checked: no switch under way, mode_ready <= t */
+    const int part = sim->partition_banks;
+    const int host = part || (c->owner == MC_HOST && c->mode == 0);
+    const int pim = c->pim_count > 0 && (part || (c->owner == MC_PIM && c->mode == 1));
     const int host_work = (c->pending_mask[0] | c->pending_mask[1]) || sim->cfg.closed_page;
-    mc_pick col = {UINT64_MAX, -1, -1}, row = {UINT64_MAX, -1, -1};
+    uint64_t kc = UINT64_MAX, kr = UINT64_MAX;
+    int cc = -1, cr = -1, idle = -1;
     cand best = {-1, -1, -1, -1, 0, 0};
     tick w = NEVER;
-    if (host && host_work) {
-        mc_host_scan(sim, c, t, WANT_COL | WANT_ROW, &col, &row, &w);
-        host_best(c, &col, &row, &best);
+    if (host && host_work) { /* a row hit if one can issue, else the oldest ACT / PRE */
+        mc_update_choices(sim, c);
+        mc_host_scan_keys(sim, c, t, WANT_COL | WANT_ROW, &kc, &cc, &kr, &cr, &idle, &w);
+        if (kc != UINT64_MAX) host_cand(c, kc, cc, -1, &best);
+        else if (kr != UINT64_MAX || idle >= 0) host_cand(c, kr, cr, idle, &best);
     }
     if (pim) pim_candidate(sim, c, t, &best, &w);
     wake_at(wake, w);
@@ -414,6 +452,11 @@ static int frfcfs(mc_sim *sim, channel *c, tick t, tick *wake)
          * the column bus and bank b moved), and b may have one now */
         if (host_more) {
             mc_update_choices(sim, c);
+            mc_pick row = mc_pick_of(kr, cr);
+            if (idle >= 0) {
+                row.bank = idle;
+                row.cls = CAND_IDLE;
+            }
             row_after_column(sim, c, best.bank, t, &row);
             mc_pick none = {UINT64_MAX, -1, -1};
             host_best(c, &none, &row, &second);
@@ -442,7 +485,7 @@ static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
         c->scan_valid = 0;
         return 1;
     }
-    if (!sim->policy->partition_banks) {
+    if (!sim->partition_banks) {
         if (!c->switching) {
             tick w = NEVER; /* (authority never passes to a side with nothing queued) */
             if (c->qcount[1 - c->owner][0] + c->qcount[1 - c->owner][1] > 0 &&
@@ -474,7 +517,7 @@ static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
 static int quiet(const mc_sim *sim, const channel *c, tick t, tick *wake)
 {
     if (!c->scan_valid || c->scan_ready <= t || c->switching || c->mode_ready > t) return 0;
-    if (!sim->policy->partition_banks &&
+    if (!sim->partition_banks &&
         c->qcount[1 - c->owner][0] + c->qcount[1 - c->owner][1] > 0)
         return 0;
     tick w = c->scan_ready;

@@ -86,6 +86,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         free(sim);
         return NULL;
     }
+    sim->partition_banks = sim->policy->partition_banks;
     sim->pim_scope_count = __builtin_popcountll(sim->pim_scope);
     sim->scope_kept = k->pim_enabled ? sim->pim_scope : 0;
     for (int b = 0; b < sim->nbanks; b++) {

@@ -97,7 +97,7 @@ static void close_state(req_stats *st, tick t)
     }
 }
 
-void mc_account(mc_sim *sim, channel *c, tick t)
+void mc_account_slow(mc_sim *sim, channel *c, tick t)
 {
     for (int r = 0; r < MC_NUM_REQ; r++) {
         req_stats *st = &c->rs[r];
@@ -112,7 +112,7 @@ void mc_account(mc_sim *sim, channel *c, tick t)
 void mc_account_close(mc_sim *sim, channel *c, tick t)
 {
     for (int r = 0; r < MC_NUM_REQ; r++) close_state(&c->rs[r], t);
-    mc_account(sim, c, t);
+    mc_account_slow(sim, c, t);
 }
 
 void mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_stats *out)

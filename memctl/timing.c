@@ -54,15 +54,18 @@ static void scope_moved(const mc_sim *sim, channel *c, int b)
     c->scope_closed_at = MAXT(c->scope_closed_at, bk->closed_at);
 }
 
-/* a bank-group term only grows: fold it into the copy of every bank of the group */
-static void group_moved(const mc_sim *sim, channel *c, const group *g, int gi, int act)
+/* a bank-group term only grows: fold it into the copy of every bank of the group (what: 1 the
+ * ACT term, 2 the RD term, 0 the RD and WR terms) */
+static void group_moved(const mc_sim *sim, channel *c, const group *g, int gi, int what)
 {
     uint64_t m = sim->group_banks[gi];
     while (m) {
         int b = __builtin_ctzll(m);
         m &= m - 1;
-        if (act) {
+        if (what == 1) {
             c->ready_at[CAND_ACT][b] = MAXT(c->ready_at[CAND_ACT][b], g->next_act);
+        } else if (what == 2) {
+            c->ready_at[CAND_RD][b] = MAXT(c->ready_at[CAND_RD][b], g->next_rd);
         } else {
             c->ready_at[CAND_RD][b] = MAXT(c->ready_at[CAND_RD][b], g->next_rd);
             c->ready_at[CAND_WR][b] = MAXT(c->ready_at[CAND_WR][b], g->next_wr);
@@ -106,7 +109,9 @@ void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t)
     int lowered = t + sim->cfg.tRP < bk->closed_at;
     bk->closed_at = t + sim->cfg.tRP;
     c->open_mask &= ~(1ull << b);
-    bank_moved(sim, c, b);
+    /* of the scheduler's copies only the ACT term moved (bank_moved would give the others
+     * their values again) */
+    c->ready_at[CAND_ACT][b] = MAXT(bk->next_act, c->groups[sim->bank_group[b]].next_act);
     scope_moved(sim, c, b);
     if (lowered && ((sim->scope_kept >> b) & 1)) {
         tick m = 0;
@@ -157,7 +162,9 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
             }
         }
     }
-    group_moved(sim, c, &c->groups[gi], gi, 0); /* b's own RD / WR terms did not move */
+    /* fold the group's terms into its banks' copies (b's own RD / WR terms did not move); a
+     * RD moved only the group's next_rd */
+    group_moved(sim, c, &c->groups[gi], gi, dir == DIR_RD ? 2 : 0);
     c->ready_at[CAND_PRE][b] = bk->next_pre;
     scope_moved(sim, c, b);
 }
