@@ -12,7 +12,7 @@ group g of a CONV's output while the host computes group g+1; in the backward pa
 feature-map-gradient work for the layers below a CONV (batch norm, ReLU backward on the dX just
 computed) runs while the host computes that CONV's weight gradient, and the CONV's SGD update
 runs on the PIM after the backward work on the layers below the next CONV (it fills the PIM's
-wait for that CONV's dX instead of delaying the work the host waits for). Each side runs its tasks in the
+wait for a dX instead of delaying work the host waits for). Each side runs its tasks in the
 order they are created here (one stream per side); a task waits for its dependencies on the
 other side.
 
@@ -254,11 +254,11 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     # that work; nothing in the step waits for an update)
     lagged: list[tuple] = []
 
-    def flush_updates(final: bool = False):
+    def flush_updates():
         if not sparse:
-            for args in lagged + (pending_updates if final else []):
+            for args in lagged:
                 task(*args)
-            lagged[:] = [] if final else pending_updates
+            lagged[:] = pending_updates
             pending_updates.clear()
             return
         for args in applies:
@@ -380,7 +380,8 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                      {"grad_output": (name, size[name])})
             for i in ins:
                 contrib.setdefault(i, []).append([t])
-    flush_updates(final=True)
+    flush_updates()
+    flush_updates()         # SGD: the lagged ones
     after_dx()
     after_dw()
     for args in applies + final_updates:
