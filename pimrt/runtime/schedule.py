@@ -249,28 +249,31 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     final_updates: list[tuple] = []
     fetched: dict[str, int] = {}
 
-    # SGD: a layer's update waits one CONV more in the PIM's order, so that it comes after
-    # the PIM's backward work on the layer below the next CONV (the host's next dX waits for
-    # that work; nothing in the step waits for an update)
+    # SGD and GradSA: a layer's update (GradSA: its fold) waits one CONV more in the PIM's
+    # order, so that it comes after the PIM's backward work on the layers below the next CONV
+    # (the host's dX after that CONV waits for that work; nothing in the step waits for an
+    # update). LaySA folds at once: its update is applied in backward, freeing the layer's
+    # gradient, u and v early.
     lagged: list[tuple] = []
 
     def flush_updates():
-        if not sparse:
-            for args in lagged:
-                task(*args)
-            lagged[:] = pending_updates
-            pending_updates.clear()
-            return
         for args in applies:
             task(*args)
         applies.clear()
-        for args in pending_updates:
+        if exchange == "laysa":
+            now = list(pending_updates)
+        else:
+            now, lagged[:] = list(lagged), pending_updates
+        pending_updates.clear()
+        for args in now:
+            if not sparse:
+                task(*args)
+                continue
             _, name, _, _, _, _, deps, numel, tensors = args
             if exchange == "laysa":
                 deps = deps + [fetched[name]]
             folded.append((name, numel, tensors,
                            task("pim", name, "fold", "update", -1, 1, deps, numel, tensors)))
-        pending_updates.clear()
 
     def fetch(name: str, numel: int) -> None:
         """LaySA: bring the layer's momentum and residual in (one layer ahead of its fold)."""
@@ -381,7 +384,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             for i in ins:
                 contrib.setdefault(i, []).append([t])
     flush_updates()
-    flush_updates()         # SGD: the lagged ones
+    flush_updates()         # the lagged ones
     after_dx()
     after_dw()
     for args in applies + final_updates:
