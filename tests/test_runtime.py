@@ -328,3 +328,33 @@ def test_update_waits_one_conv_in_the_pims_order(exchange, kind):
     if exchange == "sgd":                                   # no task waits for an update
         assert not any(u.id in t.deps for u in updates.values() for t in s.tasks)
 
+
+
+def test_concat_gradient_runs_part_by_part_newest_first():
+    """Backward of batch norm and ReLU on a concatenation: one task per part, the newest part
+    first in the PIM's order, each waiting only for its own part; the CONV that produced the
+    newest part computes its dX without waiting for the older parts."""
+    g = capture(_DenseBlock(), (2, 3, 8, 8))
+    s = build_schedule(g, 4)
+    by_id = {t.id: t for t in s.tasks}
+    pos = {t.id: i for i, t in enumerate(s.tasks)}
+    relu = [t for t in s.tasks if t.layer == "l2_1" and t.phase == "bwd"]
+    bn = [t for t in s.tasks if t.layer == "l2_0" and t.phase == "bwd"]
+    for tasks in (relu, bn):
+        assert [t.part for t in tasks] == [1, 0]                # the newest part first
+        assert [t.span for t in tasks] == [(8 / 12, 1.0), (0.0, 8 / 12)]
+        assert sum(t.numel for t in tasks) == g["l2_0"].numel
+    for b in bn:                                                # part k after ReLU part k only
+        assert [by_id[d] for d in b.deps] == [r for r in relu if r.part == b.part]
+    assert pos[relu[0].id] < pos[bn[0].id] < pos[relu[1].id] < pos[bn[1].id]   # chain by part
+    dx = [t for t in s.tasks if t.layer == "l1_2" and t.phase == "bwd_data"][0]
+    seen, todo = set(), list(dx.deps)
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo += by_id[d].deps
+    assert bn[0].id in seen and bn[1].id not in seen          # not the older part
+    r = time_step(g, "authority", 4)
+    for t in r.schedule.tasks:
+        assert all(r.start[t.id] >= r.end[d] for d in t.deps)

@@ -296,6 +296,12 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                 ("pim", name, "update", "apply", -1, 1, [x], numel, tensors))
         selected.clear()
 
+    spans = parts   # the forward's concat parts (in grad_of, `parts` are the contributions)
+
+    def by_part(ts: list[int], n: int) -> bool:
+        """Whether tasks `ts` are one per concat part, in part order."""
+        return len(ts) == n > 1 and all(tasks[t].part == k for k, t in enumerate(ts))
+
     def grad_of(name: str, ng: int) -> list[int]:
         """The tasks giving the gradient of tensor `name` per group (accumulating the
         contributions of several readers on the PIM)."""
@@ -306,8 +312,22 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             grad[name] = []
             return []
         if len(parts) == 1:
-            grad[name] = _regroup(parts[0], ng)
+            keep = name in spans and by_part(parts[0], len(spans[name]))
+            grad[name] = list(parts[0]) if keep else _regroup(parts[0], ng)
             return grad[name]
+        if name in spans:
+            # a concatenation's gradient part by part, the newest part first: the CONV that
+            # produced it is the host's next dX, which need not wait for the older parts
+            n = len(spans[name])
+            out = [0] * n
+            for k in reversed(range(n)):
+                lo, hi = spans[name][k]
+                deps = [d for p in parts for d in ([p[k]] if by_part(p, n) else p)]
+                out[k] = task("pim", name, "accumulate", "bwd", -1, 1, deps,
+                              round(graph[name].numel * (hi - lo)) * (len(parts) - 1),
+                              {"grad": (name, size[name])}, k, (lo, hi))
+            grad[name] = out
+            return out
         out = []
         for g in range(ng):
             deps = [d for p in parts for d in _regroup(p, ng)[g:g + 1]]
@@ -360,14 +380,29 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                     contrib.setdefault(i, []).append(list(gout))
                 continue
             outs = []
-            for g in range(ng):
-                numel_in = sum(math.prod(s) for s in layer.input_shapes) // ng
-                side = "pim" if runs_on_pim(layer, "bwd") else "host"
-                outs.append(task(side, name, kind, "bwd", g if ng > 1 else -1, ng,
-                                 gout[g:g + 1] if len(gout) == ng else gout, numel_in,
-                                 {"grad_output": (name, size[name]),
-                                  "grad_input": (ins[0], size[ins[0]]),
-                                  "input": (ins[0], size[ins[0]])}))
+            if kind in PER_CHANNEL and len(ins) == 1 and ins[0] in spans \
+                    and name in spans and runs_on_pim(layer, "bwd"):
+                # batch norm / ReLU backward of a concatenation: part by part, the newest
+                # first (its CONV's dX is the host's next task)
+                n = len(spans[name])
+                per = by_part(gout, n)
+                outs = [0] * n
+                for k in reversed(range(n)):
+                    lo, hi = spans[name][k]
+                    outs[k] = task("pim", name, kind, "bwd", -1, 1, [gout[k]] if per else gout,
+                                   round(layer.numel * (hi - lo)),
+                                   {"grad_output": (name, size[name]),
+                                    "grad_input": (ins[0], size[ins[0]]),
+                                    "input": (ins[0], size[ins[0]])}, k, (lo, hi))
+            else:
+                for g in range(ng):
+                    numel_in = sum(math.prod(s) for s in layer.input_shapes) // ng
+                    side = "pim" if runs_on_pim(layer, "bwd") else "host"
+                    outs.append(task(side, name, kind, "bwd", g if ng > 1 else -1, ng,
+                                     gout[g:g + 1] if len(gout) == ng else gout, numel_in,
+                                     {"grad_output": (name, size[name]),
+                                      "grad_input": (ins[0], size[ins[0]]),
+                                      "input": (ins[0], size[ins[0]])}))
             if ins[0] in prod:
                 contrib.setdefault(ins[0], []).append(outs)
             if kind == "batchnorm" and update and layer.param_bytes:
@@ -376,8 +411,9 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                                         layer.param_bytes // layer.itemsize,
                                         {"param": (name, layer.param_bytes)}))
         elif kind == "concat":
-            for i in ins:
-                contrib.setdefault(i, []).append(list(gout))
+            split = name in spans and by_part(gout, len(ins))
+            for k, i in enumerate(ins):
+                contrib.setdefault(i, []).append([gout[k]] if split else list(gout))
         else:
             t = task("host", name, kind, "bwd", -1, 1, gout, layer.numel,
                      {"grad_output": (name, size[name])})
@@ -395,7 +431,9 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
 def _group_major(tasks: list[Task]) -> list[Task]:
     """Within each run of consecutive PIM tasks, order by group: the PIM finishes group g of
     a chain of layers (batch norm, ReLU, add) before it starts group g+1, so the host's next
-    consumer of group g is not held up by the other groups. Whole-tensor tasks keep their
+    consumer of group g is not held up by the other groups. Concatenation parts likewise, in
+    the forward pass the oldest part first (it exists first), in the backward pass the newest
+    first (its CONV's dX is the host's next task). Whole-tensor tasks keep their
     place after the grouped ones. A run whose reordering would put a task before one it
     depends on keeps its order."""
     out: list[Task] = []
@@ -409,7 +447,8 @@ def _group_major(tasks: list[Task]) -> list[Task]:
             i += 1
             continue
         run = tasks[i:j]
-        key = {t.id: (t.group if t.group >= 0 else t.part if t.part >= 0 else 1 << 30, k)
+        key = {t.id: (t.group if t.group >= 0 else
+                      (t.part if t.phase == "fwd" else -t.part) if t.part >= 0 else 1 << 30, k)
                for k, t in enumerate(run)}
         ordered = sorted(run, key=lambda t: key[t.id])
         pos = {t.id: k for k, t in enumerate(ordered)}
