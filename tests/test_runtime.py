@@ -41,6 +41,17 @@ def small_cnn(widths, residual, pool, classes=10):
     return nn.Sequential(*layers)
 
 
+def _ancestors(task, by_id) -> set[int]:
+    """Ids of the tasks `task` waits for, directly or not."""
+    seen, todo = set(), list(task.deps)
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo += by_id[d].deps
+    return seen
+
+
 @st.composite
 def cnns(draw):
     depth = draw(st.integers(1, 3))
@@ -68,12 +79,7 @@ def test_schedule_runs_every_op_once_after_its_inputs(model, groups, batch):
     by_id = {t.id: t for t in s.tasks}
     for t in s.tasks:
         if t.side == "pim" and t.phase == "fwd" and t.group >= 0:
-            seen, todo = set(), list(t.deps)
-            while todo:
-                d = todo.pop()
-                if d not in seen:
-                    seen.add(d)
-                    todo += by_id[d].deps
+            seen = _ancestors(t, by_id)
             same = [by_id[d] for d in seen if by_id[d].side == "host" and by_id[d].group >= 0
                     and by_id[d].groups == t.groups]
             if same:
@@ -348,12 +354,7 @@ def test_concat_gradient_runs_part_by_part_newest_first():
         assert [by_id[d] for d in b.deps] == [r for r in relu if r.part == b.part]
     assert pos[relu[0].id] < pos[bn[0].id] < pos[relu[1].id] < pos[bn[1].id]   # chain by part
     dx = [t for t in s.tasks if t.layer == "l1_2" and t.phase == "bwd_data"][0]
-    seen, todo = set(), list(dx.deps)
-    while todo:
-        d = todo.pop()
-        if d not in seen:
-            seen.add(d)
-            todo += by_id[d].deps
+    seen = _ancestors(dx, by_id)
     assert bn[0].id in seen and bn[1].id not in seen          # not the older part
     r = time_step(g, "authority", 4)
     for t in r.schedule.tasks:
