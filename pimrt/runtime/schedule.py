@@ -296,43 +296,45 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                 ("pim", name, "update", "apply", -1, 1, [x], numel, tensors))
         selected.clear()
 
-    spans = parts   # the forward's concat parts (in grad_of, `parts` are the contributions)
-
     def by_part(ts: list[int], n: int) -> bool:
         """Whether tasks `ts` are one per concat part, in part order."""
         return len(ts) == n > 1 and all(tasks[t].part == k for k, t in enumerate(ts))
+
+    def newest_first(name: str, make) -> list[int]:
+        """One task per concat part of tensor `name`, make(k, (lo, hi)), created newest part
+        first (the CONV that produced it is the host's next dX, which need not wait for the
+        older parts); returned in part order."""
+        out = [0] * len(parts[name])
+        for k in reversed(range(len(out))):
+            out[k] = make(k, parts[name][k])
+        return out
 
     def grad_of(name: str, ng: int) -> list[int]:
         """The tasks giving the gradient of tensor `name` per group (accumulating the
         contributions of several readers on the PIM)."""
         if name in grad:
             return grad[name]
-        parts = contrib.get(name, [])
-        if not parts:
+        got = contrib.get(name, [])
+        if not got:
             grad[name] = []
             return []
-        if len(parts) == 1:
-            keep = name in spans and by_part(parts[0], len(spans[name]))
-            grad[name] = list(parts[0]) if keep else _regroup(parts[0], ng)
+        if len(got) == 1:
+            keep = name in parts and by_part(got[0], len(parts[name]))
+            grad[name] = list(got[0]) if keep else _regroup(got[0], ng)
             return grad[name]
-        if name in spans:
-            # a concatenation's gradient part by part, the newest part first: the CONV that
-            # produced it is the host's next dX, which need not wait for the older parts
-            n = len(spans[name])
-            out = [0] * n
-            for k in reversed(range(n)):
-                lo, hi = spans[name][k]
-                deps = [d for p in parts for d in ([p[k]] if by_part(p, n) else p)]
-                out[k] = task("pim", name, "accumulate", "bwd", -1, 1, deps,
-                              round(graph[name].numel * (hi - lo)) * (len(parts) - 1),
-                              {"grad": (name, size[name])}, k, (lo, hi))
-            grad[name] = out
-            return out
+        if name in parts:   # a concatenation's gradient part by part
+            n = len(parts[name])
+            grad[name] = newest_first(name, lambda k, span: task(
+                "pim", name, "accumulate", "bwd", -1, 1,
+                [d for p in got for d in ([p[k]] if by_part(p, n) else p)],
+                round(graph[name].numel * (span[1] - span[0])) * (len(got) - 1),
+                {"grad": (name, size[name])}, k, span))
+            return grad[name]
         out = []
         for g in range(ng):
-            deps = [d for p in parts for d in _regroup(p, ng)[g:g + 1]]
+            deps = [d for p in got for d in _regroup(p, ng)[g:g + 1]]
             out.append(task("pim", name, "accumulate", "bwd", g if ng > 1 else -1, ng, deps,
-                            graph[name].numel * (len(parts) - 1) // ng,
+                            graph[name].numel * (len(got) - 1) // ng,
                             {"grad": (name, size[name])}))
         grad[name] = out
         return out
@@ -379,30 +381,21 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                 for i in ins:
                     contrib.setdefault(i, []).append(list(gout))
                 continue
-            outs = []
-            if kind in PER_CHANNEL and len(ins) == 1 and ins[0] in spans \
-                    and name in spans and runs_on_pim(layer, "bwd"):
-                # batch norm / ReLU backward of a concatenation: part by part, the newest
-                # first (its CONV's dX is the host's next task)
-                n = len(spans[name])
-                per = by_part(gout, n)
-                outs = [0] * n
-                for k in reversed(range(n)):
-                    lo, hi = spans[name][k]
-                    outs[k] = task("pim", name, kind, "bwd", -1, 1, [gout[k]] if per else gout,
-                                   round(layer.numel * (hi - lo)),
-                                   {"grad_output": (name, size[name]),
-                                    "grad_input": (ins[0], size[ins[0]]),
-                                    "input": (ins[0], size[ins[0]])}, k, (lo, hi))
+            io = {"grad_output": (name, size[name]), "grad_input": (ins[0], size[ins[0]]),
+                  "input": (ins[0], size[ins[0]])}
+            if kind in PER_CHANNEL and len(ins) == 1 and ins[0] in parts \
+                    and name in parts and runs_on_pim(layer, "bwd"):
+                # batch norm / ReLU backward of a concatenation: part by part
+                per = by_part(gout, len(parts[name]))
+                outs = newest_first(name, lambda k, span: task(
+                    "pim", name, kind, "bwd", -1, 1, [gout[k]] if per else gout,
+                    round(layer.numel * (span[1] - span[0])), io, k, span))
             else:
-                for g in range(ng):
-                    numel_in = sum(math.prod(s) for s in layer.input_shapes) // ng
-                    side = "pim" if runs_on_pim(layer, "bwd") else "host"
-                    outs.append(task(side, name, kind, "bwd", g if ng > 1 else -1, ng,
-                                     gout[g:g + 1] if len(gout) == ng else gout, numel_in,
-                                     {"grad_output": (name, size[name]),
-                                      "grad_input": (ins[0], size[ins[0]]),
-                                      "input": (ins[0], size[ins[0]])}))
+                numel_in = sum(math.prod(s) for s in layer.input_shapes) // ng
+                side = "pim" if runs_on_pim(layer, "bwd") else "host"
+                outs = [task(side, name, kind, "bwd", g if ng > 1 else -1, ng,
+                             gout[g:g + 1] if len(gout) == ng else gout, numel_in, io)
+                        for g in range(ng)]
             if ins[0] in prod:
                 contrib.setdefault(ins[0], []).append(outs)
             if kind == "batchnorm" and update and layer.param_bytes:
@@ -411,7 +404,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                                         layer.param_bytes // layer.itemsize,
                                         {"param": (name, layer.param_bytes)}))
         elif kind == "concat":
-            split = name in spans and by_part(gout, len(ins))
+            split = name in parts and by_part(gout, len(ins))
             for k, i in enumerate(ins):
                 contrib.setdefault(i, []).append([gout[k]] if split else list(gout))
         else:
