@@ -288,6 +288,32 @@ def test_pim_tasks_move_each_tensor_once():
     assert pools and sum(t.numel for t in pools) == 4 * g[pools[0].layer].numel
 
 
+def test_host_streaming_tasks_of_a_channel_group_move_only_its_share():
+    """A pool on the host (adaptive average pooling) after a split CONV runs group by group;
+    each group's task reads its share of the input and writes its share of the output, at
+    that share's addresses (not the whole tensors once per group)."""
+    from pimrt.runtime.placement import place_step
+    from pimrt.runtime.work import context, host_records
+    from pimrt.trace.records import READ, WRITE
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(8, 4))
+    g = capture(net, (2, 3, 8, 8))
+    part = load_part("hbm2_pim")
+    pl = place_step(g, part)
+    ctx = context(g, part, pl)
+    pools = [t for t in build_schedule(g, 2).tasks if t.kind == "adaptive_avgpool"
+             and t.phase == "fwd"]
+    assert [(t.side, t.group) for t in pools] == [("host", 0), ("host", 1)]
+    layer = g[pools[0].layer]
+    x, y = pl[f"act:{layer.inputs[0]}"], pl[f"act:{layer.name}"]
+    for t in pools:
+        r = host_records(t, ctx)
+        reads, writes = r["addr"][r["op"] == READ], r["addr"][r["op"] == WRITE]
+        assert len(reads) == -(-(x.nbytes // 2) // 64) and len(writes) == -(-(y.nbytes // 2) // 64)
+        assert reads.min() == x.base + t.group * (x.nbytes // 2)
+        assert writes.min() == y.base + t.group * (y.nbytes // 2)
+
+
 def test_residual_add_of_a_grouped_branch_and_a_whole_shortcut_runs_by_group():
     """A ResNet block whose shortcut comes whole (an unsplit stem's ReLU) and whose branch
     comes in groups: the add, the ReLU after it and the next CONV's inputs go group by group,

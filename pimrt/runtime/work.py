@@ -182,7 +182,7 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
         if region is None:
             continue
         op = WRITE if role in ("output", "grad_input") else READ
-        parts.append(_stream_lines(region.base, region.nbytes, op))
+        parts.append(_stream_lines(*_task_slice(task, region), op))
         if task.kind == "loss":  # writes the logits' gradient
             parts.append(_stream_lines(pl["grad:" + tensor].base, region.nbytes, WRITE))
     if not parts:
@@ -234,6 +234,18 @@ def exchange_records(task: Task, ctx: Context) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # PIM tasks
 
+def _task_slice(task: Task, region) -> tuple[int, int]:
+    """(start address, bytes) of the part of `region` a task works on: its channel group's
+    share, or its part of a concatenation, or all of it."""
+    if task.span is not None:
+        lo = int(region.nbytes * task.span[0]) // 64 * 64
+        return region.base + lo, max(int(region.nbytes * task.span[1]) // 64 * 64 - lo, 1)
+    if task.group >= 0:
+        share = region.nbytes // max(task.groups, 1)
+        return region.base + share * task.group, share
+    return region.base, region.nbytes
+
+
 def _region_for(task: Task, role: str, ctx: Context):
     pl = ctx.placement
     name = task.layer
@@ -266,10 +278,7 @@ def pim_records(task: Task, ctx: Context) -> np.ndarray:
         addrs, ops = [], []
         for rw, role, frac in streams:
             region = _region_for(task, role, ctx)
-            nbytes = region.nbytes // max(task.groups, 1) if task.group >= 0 else region.nbytes
-            start = region.base + nbytes * max(task.group, 0)
-            if task.span is not None:   # one part of a concatenation
-                start = region.base + int(region.nbytes * task.span[0]) // 64 * 64
+            start = _task_slice(task, region)[0]
             nbytes = max(int(task.numel * es * frac), 1) if not role.endswith("mask") else \
                 max(int(task.numel / 8), 1)
             nops = max(1, -(-nbytes // bytes_per_op))
