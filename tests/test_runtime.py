@@ -314,6 +314,40 @@ def test_host_streaming_tasks_of_a_channel_group_move_only_its_share():
         assert writes.min() == y.base + t.group * (y.nbytes // 2)
 
 
+def test_first_convs_weight_gradient_runs_by_group():
+    """The first CONV has no dX, so the PIM has no layer below to run during its dW: its dW
+    runs by output-channel group, group g right after the batch norm backward of group g; the
+    other CONVs keep one dW task (the PIM works on the layers below meanwhile)."""
+    g = capture(small_cnn([8, 8], [False, False], None), (2, 3, 8, 8))
+    s = build_schedule(g, 4)
+    by_id = {t.id: t for t in s.tasks}
+    first = g.layers_of_kind("conv")[0].name
+    mine = [t for t in s.tasks if t.layer == first and t.phase.startswith("bwd")]
+    assert [(t.phase, t.group) for t in mine] == [("bwd_weight", k) for k in range(4)]
+    for t in mine:
+        (d,) = t.deps
+        assert (by_id[d].side, by_id[d].kind, by_id[d].group) == ("pim", "batchnorm", t.group)
+    (upd,) = [t for t in s.tasks if t.layer == first and t.kind == "update"]
+    assert sorted(upd.deps) == [t.id for t in mine]
+    for conv in g.layers_of_kind("conv")[1:]:
+        dw = [t for t in s.tasks if t.layer == conv.name and t.phase == "bwd_weight"]
+        assert [t.group for t in dw] == [-1]
+
+
+def test_split_rule_splits_a_stem_whose_groups_reread_little():
+    """Above twice the ridge point every CONV is split; between the ridge and twice it, only a
+    CONV whose input, read again by each further group, is small beside its output (the
+    ImageNet stem: 3 channels in, 64 out); memory-bound CONVs run whole."""
+    from pimrt.runtime import session
+    from pimrt.runtime.timing import split_rule
+    g = session.captured("resnet18", 2, 224)
+    split = split_rule(load_part("hbm2_pim"), "v100", 4)
+    assert split(g["conv1"])                       # 7x7, 3 -> 64: between ridge and 2x ridge
+    assert split(g["layer1_0_conv1"])              # 3x3, 64 -> 64: well above
+    assert not split(g["layer2_0_downsample_0"])   # 1x1 stride 2: memory-bound
+    assert not split_rule(load_part("hbm2_pim"), "v100", 32)(g["conv1"])  # 31 re-reads
+
+
 def test_residual_add_of_a_grouped_branch_and_a_whole_shortcut_runs_by_group():
     """A ResNet block whose shortcut comes whole (an unsplit stem's ReLU) and whose branch
     comes in groups: the add, the ReLU after it and the next CONV's inputs go group by group,

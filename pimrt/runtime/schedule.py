@@ -3,7 +3,8 @@
 Every op of the step becomes one or more tasks, each run by one side (host or PIM) on one
 output-channel group, with the tasks it depends on. Host tasks: CONV/linear forward, their
 backward split into the feature-map-gradient phase (bwd_data, all groups) then the
-weight-gradient phase (bwd_weight, one task a group), the loss, dropout and unsupported ops.
+weight-gradient phase (bwd_weight: one task, or one a group for the first CONV, which has no
+bwd_data), the loss, dropout and unsupported ops.
 PIM tasks: batch norm, ReLU, residual add, pooling, gradient accumulation at forks, concat, and
 the SGD update.
 
@@ -369,11 +370,19 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             after_dx()
             if update and layer.param_bytes:
                 fetch(name, layer.param_bytes // layer.itemsize)
-            w = task("host", name, kind, "bwd_weight", -1, 1, gout, layer.numel,
-                     {"grad_output": (name, size[name]), "input": (ins[0], size[ins[0]])})
+            io = {"grad_output": (name, size[name]), "input": (ins[0], size[ins[0]])}
+            if not needs_dx and kind == "conv" and ng > 1 and len(gout) == ng:
+                # no dX (the first CONV): the PIM has no layer below to run during this
+                # dW, so the backward of the batch norm and ReLU after this CONV would run
+                # alone at the end of the step; dW goes by output-channel group instead, group
+                # g once dY's group g exists (each group reads the input again: an image)
+                ws = [task("host", name, kind, "bwd_weight", g, ng, [gout[g]],
+                           layer.numel // ng, io) for g in range(ng)]
+            else:
+                ws = [task("host", name, kind, "bwd_weight", -1, 1, gout, layer.numel, io)]
             after_dw()
             if update and layer.param_bytes:
-                pending_updates.append(("pim", name, "update", "update", -1, 1, [w],
+                pending_updates.append(("pim", name, "update", "update", -1, 1, ws,
                                         layer.param_bytes // layer.itemsize,
                                         {"param": (name, layer.param_bytes)}))
         elif kind in ELEMENTWISE_PIM:
