@@ -41,10 +41,9 @@ def _cases(n: int):
 
 
 def run(args) -> int:
+    from pimrt.errors import ConfigError
     from pimrt.memctl import Options, load_part
     from pimrt.memctl.reference import CYCLES, REQUESTS
-
-    from pimrt.errors import ConfigError
 
     if args.repeat < 1:
         raise ConfigError(f"--repeat must be >= 1, got {args.repeat}")
@@ -81,6 +80,7 @@ def run(args) -> int:
 
 def _timed(part, opts, chunks, repeat: int, name: str):
     """Run the chunks `repeat` times; the stats and the fastest wall and CPU times."""
+    from pimrt.errors import PimrtError
     from pimrt.memctl import Controller
 
     best_wall = best_cpu = float("inf")
@@ -94,7 +94,7 @@ def _timed(part, opts, chunks, repeat: int, name: str):
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         s = ctl.stats()
         if stats is not None and (s["cycles"], s["commands"]) != (stats["cycles"], stats["commands"]):
-            raise RuntimeError(f"{name}: runs of the same trace differ ({stats['cycles']} and "
+            raise PimrtError(f"{name}: runs of the same trace differ ({stats['cycles']} and "
                                f"{s['cycles']} cycles): memctl is not deterministic")
         stats = s
         best_wall, best_cpu = min(best_wall, wall), min(best_cpu, cpu)
