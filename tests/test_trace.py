@@ -269,6 +269,18 @@ def test_writers_drop_markers_refuse_pim(tmp_path):
         T.write_trace(tmp_path / "c.txt", r, "dramsim")
 
 
+@pytest.mark.parametrize("fmt,name", [("pimrt", "w.txt"), ("npy", "w.npy"),
+                                      ("dramsim3", "w.trace"), ("ramulator", "w.trace")])
+def test_every_writer_numbers_layers_and_closes_as_a_context_manager(tmp_path, fmt, name):
+    with T.open_writer(tmp_path / name, fmt, layer_names=["stem"]) as w:
+        assert [w.add_layer(n) for n in ("conv1", "stem", "conv1", "fc")] == [1, 0, 1, 2]
+        w.write(recs(req(0, 64), req(1, 128, WRITE)))
+        assert w.count == 2 and w.layer_names == ["stem", "conv1", "fc"]
+    assert w._f.closed
+    w.close()                                       # closing twice is harmless
+    assert [int(a) for c in T.open_trace(tmp_path / name, fmt) for a in c["addr"]] == [64, 128]
+
+
 def test_npy_writer_incremental(tmp_path):
     p = tmp_path / "w.npy"
     with T.open_writer(p) as w:

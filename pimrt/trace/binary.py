@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Iterable
 
 import numpy as np
 
 from pimrt.trace import _textparse as tp
 from pimrt.trace.records import (LAST_OP, BARRIER, LAYER, OP_NAMES, PARAM, PARAM_NAMES, RECORD_DTYPE,
                                  REQUESTOR_NAMES, WRITE)
+from pimrt.trace._writer import TraceWriter
 
 NAME = "npy"
 EXTENSIONS = (".npy",)
@@ -161,22 +161,14 @@ def _header(n: int) -> bytes:
         b" " * pad + b"\n"
 
 
-class Writer:
+class Writer(TraceWriter):
     """Appends record chunks to a .npy file; close() fixes the record count in the header and
     writes the layer-name sidecar (when there are layer names)."""
 
-    def __init__(self, path, layer_names: Iterable[str] | None = None):
-        self.path = pathlib.Path(path)
-        self.layer_names = list(layer_names or [])
-        self._f = open(self.path, "wb")
-        self._f.write(_header(0))
-        self.count = 0
+    mode = "wb"
 
-    def add_layer(self, name: str) -> int:
-        if name in self.layer_names:
-            return self.layer_names.index(name)
-        self.layer_names.append(name)
-        return len(self.layer_names) - 1
+    def start(self) -> None:
+        self._f.write(_header(0))
 
     def layer_marker(self, name: str) -> np.ndarray:
         rec = np.zeros(1, RECORD_DTYPE)
@@ -193,16 +185,9 @@ class Writer:
             return
         self._f.seek(0)
         self._f.write(_header(self.count))
-        self._f.close()
+        super().close()
         side = sidecar_path(self.path)
         if self.layer_names:
             side.write_text(json.dumps(self.layer_names, indent=0) + "\n", encoding="utf-8")
         elif side.exists():
             side.unlink()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-

@@ -8,12 +8,12 @@ is decimal. Writing drops markers (the format has none) and refuses PIM requests
 from __future__ import annotations
 
 import pathlib
-from typing import Iterable
 
 import numpy as np
 
 from pimrt.trace import _textparse as tp
 from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+from pimrt.trace._writer import TraceWriter
 
 NAME = "dramsim3"
 EXTENSIONS = ()
@@ -73,31 +73,10 @@ def host_requests_only(records: np.ndarray, where: str, fmt: str) -> np.ndarray:
     return req
 
 
-class Writer:
-    def __init__(self, path, layer_names: Iterable[str] | None = None):
-        self.path = pathlib.Path(path)
-        self.layer_names = list(layer_names or [])
-        self._f = open(self.path, "w", encoding="ascii")
-        self.count = 0
-
-    def add_layer(self, name: str) -> int:  # markers are dropped; ids kept for callers
-        if name not in self.layer_names:
-            self.layer_names.append(name)
-        return self.layer_names.index(name)
-
+class Writer(TraceWriter):
     def write(self, records: np.ndarray) -> None:
         req = host_requests_only(records, str(self.path), NAME)
         ops = np.where(req["op"] == WRITE, "WRITE", "READ").tolist()
         self._f.write("".join([f"0x{a:x} {o} {c}\n" for a, o, c in
                                zip(req["addr"].tolist(), ops, req["cycle"].tolist())]))
         self.count += len(req)
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

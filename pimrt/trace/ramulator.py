@@ -7,13 +7,13 @@ Writing drops markers and cycles and refuses PIM requests.
 from __future__ import annotations
 
 import pathlib
-from typing import Iterable
 
 import numpy as np
 
 from pimrt.trace import _textparse as tp
 from pimrt.trace.dramsim3 import host_requests_only
 from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+from pimrt.trace._writer import TraceWriter
 
 NAME = "ramulator"
 EXTENSIONS = ()
@@ -59,30 +59,9 @@ def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
     return tp.read_text(path, state, parse_line, parse_fast)
 
 
-class Writer:
-    def __init__(self, path, layer_names: Iterable[str] | None = None):
-        self.path = pathlib.Path(path)
-        self.layer_names = list(layer_names or [])
-        self._f = open(self.path, "w", encoding="ascii")
-        self.count = 0
-
-    def add_layer(self, name: str) -> int:
-        if name not in self.layer_names:
-            self.layer_names.append(name)
-        return self.layer_names.index(name)
-
+class Writer(TraceWriter):
     def write(self, records: np.ndarray) -> None:
         req = host_requests_only(records, str(self.path), NAME)
         ops = np.where(req["op"] == WRITE, "ST", "LD").tolist()
         self._f.write("".join([f"{o} 0x{a:x}\n" for o, a in zip(ops, req["addr"].tolist())]))
         self.count += len(req)
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

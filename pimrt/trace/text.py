@@ -16,13 +16,13 @@ Layer ids are given in order of first appearance; a name seen again gets its fir
 from __future__ import annotations
 
 import pathlib
-from typing import Iterable
 
 import numpy as np
 
 from pimrt.trace import _textparse as tp
 from pimrt.trace.records import (DELAY, OP_NAMES, SIGNAL, WAIT, BARRIER, HOST, LAYER, PARAM, PARAM_IDS, PARAM_NAMES, PIM,
                                  READ, RECORD_DTYPE, WRITE)
+from pimrt.trace._writer import TraceWriter
 
 NAME = "pimrt"
 EXTENSIONS = (".trace", ".txt", ".pimrt")
@@ -216,32 +216,14 @@ def format_records(recs: np.ndarray, layer_names: list[str], where: str = "") ->
     return "".join(out)
 
 
-class Writer:
+class Writer(TraceWriter):
     """Writes records as pimrt text, chunk by chunk."""
 
-    def __init__(self, path, layer_names: Iterable[str] | None = None):
-        self.path = pathlib.Path(path)
-        self.layer_names = list(layer_names or [])
-        self._f = open(self.path, "w", encoding="utf-8")
-        self._f.write("# pimrt trace: cycle requestor op address\n")
-        self.count = 0
+    encoding = "utf-8"
 
-    def add_layer(self, name: str) -> int:
-        if name in self.layer_names:
-            return self.layer_names.index(name)
-        self.layer_names.append(name)
-        return len(self.layer_names) - 1
+    def start(self) -> None:
+        self._f.write("# pimrt trace: cycle requestor op address\n")
 
     def write(self, records: np.ndarray) -> None:
         self._f.write(format_records(records, self.layer_names, str(self.path)))
         self.count += len(records)
-
-    def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
