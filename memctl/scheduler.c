@@ -95,6 +95,20 @@ static void complete(mc_sim *sim, channel *c, int32_t slot, tick done, tick t)
     mc_release_slot(sim, c, slot, done, t);
 }
 
+/* The controller closes the PIM scope's open row (before a refresh, or to leave PIM mode):
+ * 1 if the PIM_PRE issued at t, 0 if it must wait (wake set). Only with a row open. */
+static int close_pim_row(mc_sim *sim, channel *c, tick t, tick *wake)
+{
+    tick ready = mc_scope_ready(sim, c, MC_CMD_PIM_PRE);
+    if (ready > t) {
+        wake_at(wake, ready);
+        return 0;
+    }
+    mc_issue_pim(sim, c, MC_CMD_PIM_PRE, -1, t);
+    mc_log_cmd(sim, c, -1, MC_CMD_PIM_PRE, MC_BY_CTRL, -1, -1, t);
+    return 1;
+}
+
 /* ---- refresh ---------------------------------------------------------------------- */
 
 /* Returns 1 if a refresh-related command issued at t. */
@@ -121,16 +135,7 @@ static int step_refresh(mc_sim *sim, channel *c, tick t, tick *wake)
     }
     if (!any) return 0;
     /* close the PIM scope first (it spans every rank) */
-    if (c->pim_row >= 0) {
-        tick ready = mc_scope_ready(sim, c, MC_CMD_PIM_PRE);
-        if (ready <= t) {
-            mc_issue_pim(sim, c, MC_CMD_PIM_PRE, -1, t);
-            mc_log_cmd(sim, c, -1, MC_CMD_PIM_PRE, MC_BY_CTRL, -1, -1, t);
-            return 1;
-        }
-        wake_at(wake, ready);
-        return 0;
-    }
+    if (c->pim_row >= 0) return close_pim_row(sim, c, t, wake);
     for (int r = 0; r < k->ranks; r++) {
         rank_state *rk = &c->ranks[r];
         if (!rk->refresh_pending) continue;
@@ -193,16 +198,7 @@ static int step_switch(mc_sim *sim, channel *c, tick t, tick *wake)
         c->mode = 1;
         c->owner = MC_PIM;
     } else { /* PIM -> host: close the PIM row, leave PIM mode */
-        if (c->pim_row >= 0) {
-            tick ready = mc_scope_ready(sim, c, MC_CMD_PIM_PRE);
-            if (ready <= t) {
-                mc_issue_pim(sim, c, MC_CMD_PIM_PRE, -1, t);
-                mc_log_cmd(sim, c, -1, MC_CMD_PIM_PRE, MC_BY_CTRL, -1, -1, t);
-                return 1;
-            }
-            wake_at(wake, ready);
-            return 0;
-        }
+        if (c->pim_row >= 0) return close_pim_row(sim, c, t, wake);
         tick ready = mc_scope_ready(sim, c, MC_CMD_PIM_EXIT);
         if (ready > t) {
             wake_at(wake, ready);
