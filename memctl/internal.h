@@ -292,14 +292,19 @@ static inline int mc_can_serve(const mc_sim *sim, const channel *c, int requesto
            c->mode_ready <= t;
 }
 
-/* stats.c: a requestor's cycle-accounting state (idle, active, blocked) may have changed at t;
- * inline: it rarely has */
+/* a requestor's cycle-accounting state at t: 0 idle (nothing queued), 1 active (queued and
+ * allowed), 2 blocked (queued while the other side holds the channel or it switches) */
+static inline int mc_account_state(const mc_sim *sim, const channel *c, int r, tick t)
+{
+    if (c->qcount[r][0] + c->qcount[r][1] == 0) return 0;
+    return mc_can_serve(sim, c, r, t) ? 1 : 2;
+}
+
+/* stats.c: a requestor's cycle-accounting state may have changed at t; inline: it rarely has */
 static inline void mc_account(mc_sim *sim, channel *c, tick t)
 {
     for (int r = 0; r < MC_NUM_REQ; r++) {
-        int queued = c->qcount[r][0] + c->qcount[r][1] > 0;
-        int state = !queued ? 0 : (mc_can_serve(sim, c, r, t) ? 1 : 2);
-        if (state != c->rs[r].state) {
+        if (mc_account_state(sim, c, r, t) != c->rs[r].state) {
             mc_account_slow(sim, c, t);
             return;
         }

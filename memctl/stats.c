@@ -101,8 +101,7 @@ void mc_account_slow(mc_sim *sim, channel *c, tick t)
 {
     for (int r = 0; r < MC_NUM_REQ; r++) {
         req_stats *st = &c->rs[r];
-        int queued = c->qcount[r][0] + c->qcount[r][1] > 0;
-        int state = !queued ? 0 : (mc_can_serve(sim, c, r, t) ? 1 : 2);
+        int state = mc_account_state(sim, c, r, t);
         if (state == st->state) continue;
         close_state(st, t);
         st->state = state;
