@@ -62,10 +62,21 @@ def cnns(draw):
 
 
 @settings(max_examples=20)
-@given(model=cnns(), groups=st.sampled_from([1, 2, 4]), batch=st.sampled_from([1, 2]))
-def test_schedule_runs_every_op_once_after_its_inputs(model, groups, batch):
+@given(model=cnns(), groups=st.sampled_from([1, 2, 4]), batch=st.sampled_from([1, 2]),
+       per_layer=st.none() | st.lists(st.sampled_from([1, 2, 4]), min_size=8, max_size=8))
+def test_schedule_runs_every_op_once_after_its_inputs(model, groups, batch, per_layer):
+    """per_layer: each CONV's own group count (at most `groups`), as group_rule gives them"""
     g = capture(model, (batch, 3, 8, 8))
-    s = build_schedule(g, groups)
+    convs = [layer.name for layer in g.nodes if layer.kind in ("conv", "linear")]
+    split = None if per_layer is None else \
+        (lambda layer: per_layer[convs.index(layer.name) % len(per_layer)])
+    s = build_schedule(g, groups, split=split)
+    if per_layer is not None:
+        for layer in g.nodes:
+            if layer.kind == "conv":
+                fwd = [t for t in s.tasks if t.layer == layer.name and t.phase == "fwd"]
+                want = min(groups, per_layer[convs.index(layer.name) % len(per_layer)])
+                assert len(fwd) == want and all(t.groups == want for t in fwd)
     keys = [(t.layer, t.kind, t.phase, t.group) for t in s.tasks]
     assert len(keys) == len(set(keys))                        # every op exactly once
     position = {t.id: i for i, t in enumerate(s.tasks)}
@@ -334,18 +345,24 @@ def test_first_convs_weight_gradient_runs_by_group():
         assert [t.group for t in dw] == [-1]
 
 
-def test_split_rule_splits_a_stem_whose_groups_reread_little():
-    """Above twice the ridge point every CONV is split; between the ridge and twice it, only a
-    CONV whose input, read again by each further group, is small beside its output (the
-    ImageNet stem: 3 channels in, 64 out); memory-bound CONVs run whole."""
+def test_group_rule_gives_each_conv_the_groups_its_intensity_covers():
+    """A CONV gets the largest divisor g of the group count with intensity >= g x the ridge
+    point; between the ridge and twice it, a CONV whose input is small beside its output (the
+    ImageNet stem: 3 channels in, 64 out) gets 2; memory-bound CONVs run whole."""
     from pimrt.runtime import session
-    from pimrt.runtime.timing import split_rule
+    from pimrt.runtime.timing import group_rule
     g = session.captured("resnet18", 2, 224)
-    split = split_rule(load_part("hbm2_pim"), "v100", 4)
-    assert split(g["conv1"])                       # 7x7, 3 -> 64: between ridge and 2x ridge
-    assert split(g["layer1_0_conv1"])              # 3x3, 64 -> 64: well above
-    assert not split(g["layer2_0_downsample_0"])   # 1x1 stride 2: memory-bound
-    assert not split_rule(load_part("hbm2_pim"), "v100", 32)(g["conv1"])  # 31 re-reads
+    names = ["conv1", "layer1_0_conv1", "layer2_1_conv1", "layer2_0_downsample_0"]
+    # intensity / ridge: 1.4, 3.2 (3x3 64 -> 64), 4.9 (3x3 128 -> 128), 0.25 (1x1 stride 2)
+    for groups, want in [(4, [2, 2, 4, 1]), (2, [2, 2, 2, 1]), (6, [2, 3, 3, 1]),
+                         (8, [1, 2, 4, 1])]:     # 8: the stem's input, read 7 more times,
+        rule = group_rule(load_part("hbm2_pim"), "v100", groups)   # is not small beside
+        assert [rule(g[n]) for n in names] == want, groups        # its output
+    s = build_schedule(g, 4, split=group_rule(load_part("hbm2_pim"), "v100", 4))
+    for n, k in zip(names, [2, 2, 4, 1]):
+        fwd = [t for t in s.tasks if t.layer == n and t.phase == "fwd"]
+        assert [t.group for t in fwd] == (list(range(k)) if k > 1 else [-1])
+        assert all(t.groups == k for t in fwd)
 
 
 def test_residual_add_of_a_grouped_branch_and_a_whole_shortcut_runs_by_group():

@@ -9,22 +9,28 @@ import sys
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("compare", help="time several CNNs under several policies")
-    p.add_argument("--models", default="resnet18,resnet50,vgg16,densenet121,mobilenetv2")
-    p.add_argument("--policies", default="serial,bank_partition,authority")
+    p.add_argument("--models", default="resnet18,resnet50,vgg16,densenet121,mobilenetv2",
+                   help="comma-separated zoo models (pimrt.zoo.list_models())")
+    p.add_argument("--policies", default="serial,bank_partition,authority",
+                   help="comma-separated: serial, bank_partition, authority (serial is the "
+                        "baseline of the speedups and always runs)")
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--input", type=int, default=224)
-    p.add_argument("--groups", type=int, default=4)
-    p.add_argument("--part", default="hbm2_pim")
-    p.add_argument("--host-part", default="v100")
+    p.add_argument("--input", type=int, default=224, help="input height and width (32 or 224)")
+    p.add_argument("--groups", type=int, default=4,
+                   help="most output-channel groups per CONV (each gets as many as its "
+                        "arithmetic intensity covers: docs/runtime.md)")
+    p.add_argument("--part", default="hbm2_pim", help="memory part (name or TOML file)")
+    p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"),
                    help="parameter update of every run (see pimrt run --help; the exchange "
                         "uses run's defaults: 4 ranks, density 0.001, 10 Gbit/s)")
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/compare"))
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/compare"),
+                   help="folder for each run's outputs and the summary table")
     p.add_argument("--bound", action="store_true",
                    help="also time the co-execution schedule without contention (each task "
                         "alone, list-scheduled with its dependencies): the most any policy "
                         "could get from this schedule")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
 

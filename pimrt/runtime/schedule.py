@@ -112,8 +112,9 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
 
     groups: output-channel groups of every CONV (must divide their output channels);
     pipelined=False gives the serial baseline's task graph (one group, every task waits for
-    the whole previous step). split(layer) -> bool, when given, says which CONVs are split
-    (the others run whole: see pimrt.runtime.timing.split_rule)."""
+    the whole previous step). split(layer) -> int, when given, is each CONV's own group
+    count, at most `groups` (1: it runs whole; True / False: `groups` / 1; see
+    pimrt.runtime.timing.group_rule)."""
     if groups < 1:
         raise ConfigError(f"groups must be >= 1, got {groups}")
     if graph.batch < 1:
@@ -167,8 +168,12 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         if kind in HOST_COMPUTE:
             cout = layer.attrs.get("out_channels", layer.attrs.get("out_features", 1))
             ng = groups if kind == "conv" or cout % groups == 0 else 1
-            if split is not None and not split(layer):
-                ng = 1
+            if split is not None:   # the layer's own count: 1 (whole) up to ng
+                k = split(layer)
+                ng = ng if k is True else 1 if k is False else min(ng, int(k))
+                if ng < 1 or cout % ng:
+                    raise ConfigError(f"{name}: {ng} groups do not divide its {cout} output "
+                                      f"channels")
             dw = channelwise(layer, ng) and ins[0] not in parts
             prod[name] = []
             for g, (lo, hi) in enumerate(_split(cout, ng)):
