@@ -16,8 +16,9 @@ def register(subparsers) -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--input", type=int, default=32, help="input height and width (32 or 224)")
     p.add_argument("--policy", default="authority", help="serial, bank_partition, authority")
-    p.add_argument("--groups", type=int, default=4, help="most output-channel groups per CONV (each gets as many as its arithmetic "
-                        "intensity covers: docs/runtime.md)")
+    p.add_argument("--groups", type=int, default=4,
+                   help="most output-channel groups per CONV (each gets as many as its "
+                        "arithmetic intensity covers: docs/runtime.md)")
     p.add_argument("--part", default="hbm2_pim", help="memory part (name or TOML file)")
     p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--functional", default="golden",

@@ -144,8 +144,8 @@ def group_rule(part, host_part, groups: int = 4):
     of `groups` with intensity >= g x the host's ridge point (sustained FLOP/s over the
     memory's peak bandwidth), when that is at least 2. A CONV above the ridge point whose
     input, read again by every further group, is small beside its output ((groups - 1) x
-    input <= output: an ImageNet stem's 3 channels in, 64 out) gets the smallest split, 2
-    groups. A memory-bound CONV runs whole: each group would read its input again for
+    input <= output: an ImageNet stem's 3 channels in, 64 out) gets the smallest split (2
+    groups when `groups` is even). A memory-bound CONV runs whole: each group would read its input again for
     little overlap. (ResNet-18, batch 32, 32x32, groups = 4: 15.84 ms against 16.05 with 4
     groups for every split CONV; docs/runtime.md.)"""
     from pimrt.host import load_host_part
