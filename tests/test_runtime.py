@@ -68,9 +68,9 @@ def test_schedule_runs_every_op_once_after_its_inputs(model, groups, batch, per_
     """per_layer: each CONV's own group count (at most `groups`), as group_rule gives them"""
     g = capture(model, (batch, 3, 8, 8))
     convs = [layer.name for layer in g.nodes if layer.kind in ("conv", "linear")]
-    split = None if per_layer is None else \
+    count = None if per_layer is None else \
         (lambda layer: per_layer[convs.index(layer.name) % len(per_layer)])
-    s = build_schedule(g, groups, split=split)
+    s = build_schedule(g, groups, group_count=count)
     if per_layer is not None:
         for layer in g.nodes:
             if layer.kind == "conv":
@@ -236,7 +236,7 @@ def test_concat_parts_and_depthwise_groups_wait_only_for_their_own_inputs():
     assert all(by_id[t.deps[0]].kind == "concat" and by_id[t.deps[0]].part == t.part for t in bn)
 
     g = capture(_depthwise_net(), (2, 3, 8, 8))
-    s = build_schedule(g, 4, split=lambda layer: layer.name == "_3")
+    s = build_schedule(g, 4, group_count=lambda layer: 4 if layer.name == "_3" else 1)
     by_id = {t.id: t for t in s.tasks}
     dw = [t for t in s.tasks if t.layer == "_3" and t.phase == "fwd"]
     assert [t.group for t in dw] == [0, 1, 2, 3]
@@ -358,7 +358,7 @@ def test_group_rule_gives_each_conv_the_groups_its_intensity_covers():
                          (8, [1, 2, 4, 1])]:     # 8: the stem's input, read 7 more times,
         rule = group_rule(load_part("hbm2_pim"), "v100", groups)   # is not small beside
         assert [rule(g[n]) for n in names] == want, groups        # its output
-    s = build_schedule(g, 4, split=group_rule(load_part("hbm2_pim"), "v100", 4))
+    s = build_schedule(g, 4, group_count=group_rule(load_part("hbm2_pim"), "v100", 4))
     for n, k in zip(names, [2, 2, 4, 1]):
         fwd = [t for t in s.tasks if t.layer == n and t.phase == "fwd"]
         assert [t.group for t in fwd] == (list(range(k)) if k > 1 else [-1])
@@ -371,7 +371,7 @@ def test_residual_add_of_a_grouped_branch_and_a_whole_shortcut_runs_by_group():
     the add's group g waiting for the branch's group g and the whole shortcut."""
     g = capture(small_cnn([8, 8], [True, True], None), (2, 3, 8, 8))
     stem = g.layers_of_kind("conv")[0].name
-    s = build_schedule(g, 4, split=lambda layer: layer.name != stem)
+    s = build_schedule(g, 4, group_count=lambda layer: 1 if layer.name == stem else 4)
     by_id = {t.id: t for t in s.tasks}
     add = [t for t in s.tasks if t.kind == "add" and t.phase == "fwd"]
     first = [t for t in add if t.layer == add[0].layer]

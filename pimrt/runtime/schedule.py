@@ -104,7 +104,7 @@ def _split(n: int, groups: int) -> list[tuple[int, int]]:
 
 
 def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
-                   update: bool = True, split=None, exchange: str = "sgd") -> Schedule:
+                   update: bool = True, group_count=None, exchange: str = "sgd") -> Schedule:
     """Tasks of one training step (forward, loss, backward, SGD update).
 
     exchange: "sgd" (a plain SGD update per layer on the PIM), "gradsa" or "laysa" (sparse
@@ -112,9 +112,8 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
 
     groups: output-channel groups of every CONV (must divide their output channels);
     pipelined=False gives the serial baseline's task graph (one group, every task waits for
-    the whole previous step). split(layer) -> int, when given, is each CONV's own group
-    count, at most `groups` (1: it runs whole; True / False: `groups` / 1; see
-    pimrt.runtime.timing.group_rule)."""
+    the whole previous step). group_count(layer) -> int, when given, is each CONV's own
+    group count, at most `groups` (1: it runs whole; see pimrt.runtime.timing.group_rule)."""
     if groups < 1:
         raise ConfigError(f"groups must be >= 1, got {groups}")
     if graph.batch < 1:
@@ -168,9 +167,8 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         if kind in HOST_COMPUTE:
             cout = layer.attrs.get("out_channels", layer.attrs.get("out_features", 1))
             ng = groups if kind == "conv" or cout % groups == 0 else 1
-            if split is not None:   # the layer's own count: 1 (whole) up to ng
-                k = split(layer)
-                ng = ng if k is True else 1 if k is False else min(ng, int(k))
+            if group_count is not None:   # the layer's own count: 1 (whole) up to ng
+                ng = min(ng, int(group_count(layer)))
                 if ng < 1 or cout % ng:
                     raise ConfigError(f"{name}: {ng} groups do not divide its {cout} output "
                                       f"channels")

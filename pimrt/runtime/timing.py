@@ -145,8 +145,8 @@ def group_rule(part, host_part, groups: int = 4):
     memory's peak bandwidth), when that is at least 2. A CONV above the ridge point whose
     input, read again by every further group, is small beside its output ((groups - 1) x
     input <= output: an ImageNet stem's 3 channels in, 64 out) gets the smallest split (2
-    groups when `groups` is even). A memory-bound CONV runs whole: each group would read its input again for
-    little overlap. (ResNet-18, batch 32, 32x32, groups = 4: 15.84 ms against 16.05 with 4
+    groups when `groups` is even). A memory-bound CONV runs whole: each group would read its
+    input again for little overlap. (ResNet-18, batch 32, 32x32, groups = 4: 15.84 ms against 16.05 with 4
     groups for every split CONV; docs/runtime.md.)"""
     from pimrt.host import load_host_part
     hp = load_host_part(host_part)
@@ -203,7 +203,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     placement = place_step(graph, p, exchange.mode)
     pipelined = policy != "serial"
     schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
-                              split=group_rule(p, host_part, groups) if pipelined else None,
+                              group_count=group_rule(p, host_part, groups) if pipelined else None,
                               exchange=exchange.mode)
     ctx = context(graph, p, placement, host_part, policy, exchange=exchange)
     opts = Options(policy=policy, issue_width=issue_width, **(options or {}))
@@ -257,7 +257,7 @@ def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
     p = with_host_buffering(p, host_part)
     placement = place_step(graph, p)
     schedule = build_schedule(graph, groups, pipelined=True,
-                              split=group_rule(p, host_part, groups))
+                              group_count=group_rule(p, host_part, groups))
     alone = dataclasses.replace(schedule, pipelined=False)      # barriers between sides
     ctx = context(graph, p, placement, host_part, "serial")
     ctl = Controller(p, Options(policy="serial", issue_width=issue_width))
