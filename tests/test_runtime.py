@@ -1,5 +1,7 @@
 """The co-execution runtime: schedule properties over random small CNNs (hypothesis), timing
 through memctl, functional equality with torch, and bad input."""
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -25,12 +27,32 @@ class Block(nn.Module):
         return torch.relu(x + y if self.residual else y)
 
 
-def small_cnn(widths, residual, pool, classes=10):
+class ProjectionBlock(nn.Module):
+    """A ResNet basic block whose shortcut is a 1x1 CONV with its batch norm (the graph
+    has the shortcut after the branch, as torchvision's blocks do)."""
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(y + self.shortcut(x))
+
+
+def small_cnn(widths, residual, pool, classes=10, project=False):
+    """project: a width change goes through a ProjectionBlock instead of a plain 1x1 CONV."""
     layers = [nn.Conv2d(3, widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]),
               nn.ReLU()]
     c = widths[0]
     for w, r in zip(widths, residual):
-        if w != c:
+        if w != c and project:
+            layers.append(ProjectionBlock(c, w))
+            c = w
+        elif w != c:
             layers += [nn.Conv2d(c, w, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU()]
             c = w
         layers.append(Block(c, r))
@@ -58,7 +80,7 @@ def cnns(draw):
     widths = draw(st.lists(st.sampled_from([4, 8, 16]), min_size=depth, max_size=depth))
     residual = draw(st.lists(st.booleans(), min_size=depth, max_size=depth))
     pool = draw(st.sampled_from([None, "max", "avg"]))
-    return small_cnn(widths, residual, pool)
+    return small_cnn(widths, residual, pool, project=draw(st.booleans()))
 
 
 @settings(max_examples=20)
@@ -411,6 +433,32 @@ def test_update_waits_one_conv_in_the_pims_order(exchange, kind):
     if exchange == "sgd":                                   # no task waits for an update
         assert not any(u.id in t.deps for u in updates.values() for t in s.tasks)
 
+
+
+def test_projection_shortcut_runs_after_the_branchs_first_conv():
+    """A block's projection shortcut (a CONV reading the block's input, like its first CONV)
+    comes in the host's order right after the branch's first CONV, its batch norm in the
+    PIM's order before the branch's second batch norm; in backward its dX and dW come
+    between the branch's second and first CONVs. The serial baseline keeps the same order."""
+    g = capture(small_cnn([8, 16], [False, False], None, project=True), (2, 3, 8, 8))
+    prefix = next(n.name for n in g.nodes if n.name.endswith("shortcut_0"))[:-len("shortcut_0")]
+    block = [n.name for n in g.nodes if n.name.startswith(prefix)]
+    conv1, conv2, short = (next(b for b in block if b.endswith(k))
+                           for k in ("conv1", "conv2", "shortcut_0"))
+    bn2, short_bn = (next(b for b in block if b.endswith(k)) for k in ("bn2", "shortcut_1"))
+    for pipelined in (True, False):
+        s = build_schedule(g, 2, pipelined=pipelined)
+        host = [(t.layer, t.phase) for t in s.tasks if t.side == "host"]
+        fwd = [layer for layer, phase in host if phase == "fwd" and layer in block]
+        assert [k for k, _ in itertools.groupby(fwd)] == [conv1, short, conv2]
+        pim = [t.layer for t in s.tasks if t.side == "pim" and t.phase == "fwd"]
+        assert pim.index(short_bn) < pim.index(bn2)
+        dx = [layer for layer, phase in host if phase == "bwd_data" and layer in block]
+        assert dx == [conv2, short, conv1]
+        keys = [(t.layer, t.kind, t.phase, t.group) for t in s.tasks]
+        assert len(keys) == len(set(keys))
+        pos = {t.id: i for i, t in enumerate(s.tasks)}
+        assert all(pos[d] < pos[t.id] for t in s.tasks for d in t.deps)
 
 
 def test_concat_gradient_runs_part_by_part_newest_first():

@@ -15,7 +15,8 @@ computed) runs while the host computes that CONV's weight gradient, and the CONV
 runs on the PIM after the backward work on the layers below the next CONV (it fills the PIM's
 wait for a dX instead of delaying work the host waits for). Each side runs its tasks in the
 order they are created here (one stream per side); a task waits for its dependencies on the
-other side.
+other side. Layers are visited in `step_order`: the graph's order, but a projection shortcut
+right after its block's first CONV (backward: the reverse).
 
 With `exchange="gradsa"` or `"laysa"` each layer's SGD update becomes GradSA's sparse
 exchange (fold, sample, select, exchange, apply; LaySA: fetch and evict of the layer's
@@ -156,7 +157,8 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             return [p[g]]
         return list(p)
 
-    for layer in graph.nodes:
+    order = step_order(graph)
+    for layer in order:
         kind, name = layer.kind, layer.name
         if kind in ("input", "output"):
             prod.setdefault(name, [])
@@ -343,7 +345,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         grad[name] = out
         return out
 
-    for layer in reversed(graph.nodes):
+    for layer in reversed(order):
         kind, name = layer.kind, layer.name
         if kind in ("input", "output") or layer.view_of:
             continue
@@ -431,6 +433,50 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     for args in applies + final_updates:
         task(*args)
     return Schedule(graph, groups, _group_major(tasks), pipelined)
+
+
+def step_order(graph: LayerGraph) -> list:
+    """The order in which the step's layers are turned into tasks (forward; backward in
+    reverse): the graph's topological order, except that a CONV reading the same input as an
+    earlier CONV (a residual block's projection shortcut beside the block's first CONV), with
+    the layers that depend on it alone (its batch norm), comes just before the first CONV
+    after that earlier reader. There the host would otherwise wait for the PIM's batch norm
+    and ReLU on the reader's last channel group, and the shortcut's batch norm is done before
+    the residual add needs it (in the graph's order the shortcut came last in the block, and
+    the host waited for its batch norm before the block's add). In backward the shortcut's
+    dX and dW then come between the branch's CONVs, while the host would wait for the PIM's
+    backward on the branch."""
+    nodes = list(graph.nodes)
+    conv = [n.kind in HOST_COMPUTE for n in nodes]
+    pos = {n.name: i for i, n in enumerate(nodes)}
+    anchor: dict[int, list[int]] = {}      # position of a CONV -> chains to place before it
+    moved: set[int] = set()
+    for i, n in enumerate(nodes):
+        if not conv[i] or not n.inputs or i in moved:
+            continue
+        x = n.inputs[0]
+        reader = next((k for k in range(pos.get(x, -1) + 1, i)
+                       if conv[k] and x in nodes[k].inputs and k not in moved), None)
+        if reader is None:
+            continue
+        nxt = next((k for k in range(reader + 1, i) if conv[k]), None)
+        if nxt is None:
+            continue
+        chain, names = [i], {n.name}
+        for k in range(i + 1, len(nodes)):
+            m = nodes[k]
+            if not conv[k] and m.inputs and all(j in names for j in m.inputs):
+                chain.append(k)
+                names.add(m.name)
+        anchor.setdefault(nxt, []).extend(chain)
+        moved.update(chain)
+    out = []
+    for i, n in enumerate(nodes):
+        for k in anchor.get(i, []):
+            out.append(nodes[k])
+        if i not in moved:
+            out.append(n)
+    return out
 
 
 def _group_major(tasks: list[Task]) -> list[Task]:
