@@ -272,11 +272,13 @@ move_dir(const mc_sim *sim, channel *c, int dir)
     c->txq_count[dir]--;
     q->next = -1;
     /* The bank's choice (candidates.c, choose) stays as it was when q joins the end of a list
-     * that is not empty (the oldest request stays), is no row hit (the first hit per direction
-     * stays), and is no read that a queued write could wait for (write-after-read). */
+     * that is not empty (the oldest request stays) and is either no row hit and no read that a
+     * queued write could wait for (write-after-read), or a row hit behind the direction's chosen
+     * one (the first hit stays; a younger read holds no write back, a younger write no read). */
     const int same = bk->count[dir] > 0 &&
                      (bk->open_row < 0 ||
-                      (q->row != bk->open_row && (dir == DIR_WR || bk->count[DIR_WR] == 0)));
+                      (q->row != bk->open_row ? dir == DIR_WR || bk->count[DIR_WR] == 0
+                                              : bk->col_slot[dir] >= 0));
     if (bk->tail[dir] >= 0) c->slots[bk->tail[dir]].next = h; else bk->head[dir] = h;
     bk->tail[dir] = h;
     bk->count[dir]++;
