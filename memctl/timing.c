@@ -54,23 +54,20 @@ static void scope_moved(const mc_sim *sim, channel *c, int b)
     c->scope_closed_at = MAXT(c->scope_closed_at, bk->closed_at);
 }
 
-/* a bank-group term only grows: fold it into the copy of every bank of the group (what: 1 the
- * ACT term, 2 the RD term, 0 the RD and WR terms) */
-static void group_moved(const mc_sim *sim, channel *c, const group *g, int gi, int what)
+/* a bank-group term only grows: fold it into the scheduler's copies (one class, ready) of the
+ * banks of group gi, which are banks gi * banks_per_group onwards (sim.c numbers them so) */
+static inline void group_moved(const mc_sim *sim, tick *ready, int gi, tick term)
 {
-    uint64_t m = sim->group_banks[gi];
-    while (m) {
-        int b = __builtin_ctzll(m);
-        m &= m - 1;
-        if (what == 1) {
-            c->ready_at[CAND_ACT][b] = MAXT(c->ready_at[CAND_ACT][b], g->next_act);
-        } else if (what == 2) {
-            c->ready_at[CAND_RD][b] = MAXT(c->ready_at[CAND_RD][b], g->next_rd);
-        } else {
-            c->ready_at[CAND_RD][b] = MAXT(c->ready_at[CAND_RD][b], g->next_rd);
-            c->ready_at[CAND_WR][b] = MAXT(c->ready_at[CAND_WR][b], g->next_wr);
-        }
+    const int n = sim->cfg.banks_per_group;
+    tick *r = ready + gi * n;
+    if (n == 4) { /* (both shipped parts) */
+        r[0] = MAXT(r[0], term);
+        r[1] = MAXT(r[1], term);
+        r[2] = MAXT(r[2], term);
+        r[3] = MAXT(r[3], term);
+        return;
     }
+    for (int i = 0; i < n; i++) r[i] = MAXT(r[i], term);
 }
 
 void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t)
@@ -87,7 +84,7 @@ void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t)
     bk->next_wr = MAXT(bk->next_wr, t + k->tRCDWR);
     bk->next_pre = MAXT(bk->next_pre, t + k->tRAS);
     g->next_act = MAXT(g->next_act, t + k->tRRD_L);
-    group_moved(sim, c, g, sim->bank_group[b], 1);
+    group_moved(sim, c->ready_at[CAND_ACT], sim->bank_group[b], g->next_act);
     bank_moved(sim, c, b);
     rk->next_act = MAXT(rk->next_act, t + k->tRRD_S);
     rk->faw[rk->faw_pos] = t;
@@ -126,45 +123,42 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
     const mc_config *k = &sim->cfg;
     const int B = k->burst;
     bank *bk = &c->banks[b];
-    int gi = sim->bank_group[b], ri = sim->bank_rank[b];
-    int ccd_l = MAXT(B, k->tCCD_L), ccd_s = MAXT(B, k->tCCD_S);
+    const int gi = sim->bank_group[b], ri = sim->bank_rank[b];
+    group *g = &c->groups[gi];
+    rank_state *own = &c->ranks[ri];
     bk->hits++;
     c->dirty_mask |= 1ull << b;
     if (dir == DIR_RD) {
-        int rd_to_wr = k->CL + B - k->CWL + k->tRTRS;
+        const tick rd_to_wr = t + (k->CL + B - k->CWL + k->tRTRS);
         bk->next_pre = MAXT(bk->next_pre, t + k->tRTP);
-        for (int r = 0; r < k->ranks; r++) {
+        for (int r = 0; r < k->ranks; r++) { /* the other ranks (tRTRS) */
+            if (r == ri) continue;
             rank_state *rk = &c->ranks[r];
-            if (r == ri) {
-                rk->next_rd = MAXT(rk->next_rd, t + ccd_s);
-                rk->next_wr = MAXT(rk->next_wr, t + rd_to_wr);
-                group *g = &c->groups[gi];
-                g->next_rd = MAXT(g->next_rd, t + ccd_l);
-            } else {
-                rk->next_rd = MAXT(rk->next_rd, t + B + k->tRTRS);
-                rk->next_wr = MAXT(rk->next_wr, t + rd_to_wr);
-            }
+            rk->next_rd = MAXT(rk->next_rd, t + B + k->tRTRS);
+            rk->next_wr = MAXT(rk->next_wr, rd_to_wr);
         }
+        own->next_rd = MAXT(own->next_rd, t + MAXT(B, k->tCCD_S));
+        own->next_wr = MAXT(own->next_wr, rd_to_wr);
+        g->next_rd = MAXT(g->next_rd, t + MAXT(B, k->tCCD_L));
+        /* fold the group's term into its banks' copies (b's own RD / WR terms did not move); a
+         * RD moved only the group's next_rd */
+        group_moved(sim, c->ready_at[CAND_RD], gi, g->next_rd);
     } else {
-        int wr_to_rd_o = MAXT(0, k->CWL + B + k->tRTRS - k->CL);
+        const tick wr_to_rd_o = t + MAXT(0, k->CWL + B + k->tRTRS - k->CL);
         bk->next_pre = MAXT(bk->next_pre, t + k->CWL + B + k->tWR);
         for (int r = 0; r < k->ranks; r++) {
+            if (r == ri) continue;
             rank_state *rk = &c->ranks[r];
-            if (r == ri) {
-                rk->next_wr = MAXT(rk->next_wr, t + ccd_s);
-                rk->next_rd = MAXT(rk->next_rd, t + k->CWL + B + k->tWTR_S);
-                group *g = &c->groups[gi];
-                g->next_wr = MAXT(g->next_wr, t + ccd_l);
-                g->next_rd = MAXT(g->next_rd, t + k->CWL + B + k->tWTR_L);
-            } else {
-                rk->next_wr = MAXT(rk->next_wr, t + B + k->tRTRS);
-                rk->next_rd = MAXT(rk->next_rd, t + wr_to_rd_o);
-            }
+            rk->next_wr = MAXT(rk->next_wr, t + B + k->tRTRS);
+            rk->next_rd = MAXT(rk->next_rd, wr_to_rd_o);
         }
+        own->next_wr = MAXT(own->next_wr, t + MAXT(B, k->tCCD_S));
+        own->next_rd = MAXT(own->next_rd, t + k->CWL + B + k->tWTR_S);
+        g->next_wr = MAXT(g->next_wr, t + MAXT(B, k->tCCD_L));
+        g->next_rd = MAXT(g->next_rd, t + k->CWL + B + k->tWTR_L);
+        group_moved(sim, c->ready_at[CAND_RD], gi, g->next_rd);
+        group_moved(sim, c->ready_at[CAND_WR], gi, g->next_wr);
     }
-    /* fold the group's terms into its banks' copies (b's own RD / WR terms did not move); a
-     * RD moved only the group's next_rd */
-    group_moved(sim, c, &c->groups[gi], gi, dir == DIR_RD ? 2 : 0);
     c->ready_at[CAND_PRE][b] = bk->next_pre;
     scope_moved(sim, c, b);
 }
