@@ -62,22 +62,35 @@ static int forward_read(const channel *c, int b, uint64_t addr)
 static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t layer, tick t)
 {
     const mc_config *k = &sim->cfg;
-    int64_t f[MC_F_COUNT];
-    if (rec->addr >= sim->capacity) {
-        mc_set_error(sim, MC_ERR_TRACE,
-                     "record %llu: address 0x%llx is beyond the capacity (0x%llx bytes)",
-                     (unsigned long long)index, (unsigned long long)rec->addr,
-                     (unsigned long long)sim->capacity);
-        return -1;
-    }
-    mc_decode_fields(sim, rec->addr, f);
-    channel *c = &sim->ch[f[MC_F_CHANNEL] * k->pseudo_channels + f[MC_F_PCH]];
-    int dir = rec->op == MC_WRITE;
-    int who = rec->requestor;
-    int b = (int)((f[MC_F_RANK] * k->bankgroups + f[MC_F_BANKGROUP]) * k->banks_per_group +
+    const int dir = rec->op == MC_WRITE;
+    const int who = rec->requestor;
+    int ci, b;
+    int32_t row, col;
+    if (sim->refused_index == index + 1 && sim->refused_addr == rec->addr &&
+        sim->refused_who == who) { /* offered again: decoded already */
+        ci = sim->refused_ch;
+        b = sim->refused_bank;
+        row = sim->refused_row;
+        col = sim->refused_col;
+    } else {
+        if (rec->addr >= sim->capacity) {
+            mc_set_error(sim, MC_ERR_TRACE,
+                         "record %llu: address 0x%llx is beyond the capacity (0x%llx bytes)",
+                         (unsigned long long)index, (unsigned long long)rec->addr,
+                         (unsigned long long)sim->capacity);
+            return -1;
+        }
+        int64_t f[MC_F_COUNT];
+        mc_decode_fields(sim, rec->addr, f);
+        ci = (int)(f[MC_F_CHANNEL] * k->pseudo_channels + f[MC_F_PCH]);
+        b = (int)((f[MC_F_RANK] * k->bankgroups + f[MC_F_BANKGROUP]) * k->banks_per_group +
                   f[MC_F_BANK]);
-    if (who == MC_HOST && !((sim->host_banks >> b) & 1))
-        b = sim->host_bank_list[b % sim->host_bank_count]; /* bank_partition: fold into host banks */
+        if (who == MC_HOST && !((sim->host_banks >> b) & 1))
+            b = sim->host_bank_list[b % sim->host_bank_count]; /* bank_partition: fold into host banks */
+        row = (int32_t)f[MC_F_ROW];
+        col = (int32_t)f[MC_F_COLUMN];
+    }
+    channel *c = &sim->ch[ci];
     if (who == MC_HOST && !dir && forward_read(c, b, rec->addr)) {
         req tmp = {0};
         tmp.arrival = t;
@@ -94,7 +107,16 @@ static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t l
     }
     int full = who == MC_HOST ? c->txq_count[dir] >= sim->host_qd
                               : c->qcount[MC_PIM][dir] >= k->queue_depth;
-    if (full || c->free_head < 0) return 0;
+    if (full || c->free_head < 0) {
+        sim->refused_index = index + 1;
+        sim->refused_addr = rec->addr;
+        sim->refused_who = who;
+        sim->refused_ch = ci;
+        sim->refused_bank = b;
+        sim->refused_row = row;
+        sim->refused_col = col;
+        return 0;
+    }
     int32_t s = c->free_head;
     req *q = &c->slots[s];
     c->free_head = q->next;
@@ -103,8 +125,8 @@ static int enqueue(mc_sim *sim, const mc_record *rec, uint64_t index, uint32_t l
     q->seq = sim->seq++;
     q->addr = rec->addr;
     q->layer = layer;
-    q->row = (int32_t)f[MC_F_ROW];
-    q->col = (int32_t)f[MC_F_COLUMN];
+    q->row = row;
+    q->col = col;
     q->bank = (uint16_t)b;
     q->op = (uint8_t)rec->op;
     q->requestor = (uint8_t)who;

@@ -193,6 +193,11 @@ struct mc_sim {
     uint64_t base;             /* absolute index of recs[0] in the current mc_feed */
     uint64_t param_upto;       /* PARAM records before this index have been applied */
     uint64_t requests;
+    /* the decoded fields of the last request the controller refused (a full queue): its cursor
+     * offers it again once a slot frees, usually a few cycles later (index + 1; 0: none) */
+    uint64_t refused_index, refused_addr;
+    int refused_who, refused_ch, refused_bank;
+    int32_t refused_row, refused_col;
     int fe_done;               /* no records after the current ones (last chunk) */
     int fe_barrier;            /* some cursor waits at a barrier */
     int fe_last_req;           /* requestor of the last offered request (serial policy) */
