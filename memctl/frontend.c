@@ -415,11 +415,3 @@ int mc_frontend_step(mc_sim *sim, const mc_record *recs, uint64_t n, tick t)
     }
     return MC_OK;
 }
-
-tick mc_frontend_next(const mc_sim *sim, uint64_t n)
-{
-    tick next = NEVER;
-    for (int k = 0; k < sim->cursors; k++)
-        if (sim->cur[k].pos < sim->base + n) next = MINT(next, sim->cur[k].next);
-    return next;
-}

@@ -318,7 +318,6 @@ static inline void mc_account(mc_sim *sim, channel *c, tick t)
 
 /* frontend.c */
 int mc_frontend_step(mc_sim *sim, const mc_record *recs, uint64_t n, tick t);
-tick mc_frontend_next(const mc_sim *sim, uint64_t n);
 void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick done, tick t);
 
 #endif

@@ -203,6 +203,15 @@ static int cursor_due(const mc_sim *sim, tick t)
     return 0;
 }
 
+/* the earliest cycle a cursor that has records left can act */
+static tick frontend_next(const mc_sim *sim, uint64_t n)
+{
+    tick next = NEVER;
+    for (int k = 0; k < sim->cursors; k++)
+        if (sim->cur[k].pos < sim->base + n) next = MINT(next, sim->cur[k].next);
+    return next;
+}
+
 /* Advance until a cursor needs more records (recs != NULL) or all work is done (NULL). */
 static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
 {
@@ -218,7 +227,7 @@ static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
             if (moved && (sim->fe_done ? all_offered(sim, n) : starved(sim, n))) return MC_OK;
             moved = 0;
         }
-        tick next = recs ? mc_frontend_next(sim, n) : NEVER;
+        tick next = recs ? frontend_next(sim, n) : NEVER;
         if (recs && next >= NEVER && sim->outstanding == 0 && !sim->npending) {
             /* every cursor waits and no work is left that could wake one */
             for (int k = 0; k < sim->cursors; k++)
