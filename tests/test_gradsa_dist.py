@@ -1,5 +1,6 @@
 """Multi-process gloo tests of the hooks: every compressor, 2-4 ranks, identical parameters,
 byte accounting, and GradSA at density 1 reproducing dense training."""
+import gc
 import os
 from datetime import timedelta
 
@@ -44,6 +45,8 @@ def _worker(rank, world, init_file, jobs, outdir):
         results[tag] = {"params": flat, "counter": state.counter.snapshot()}
     torch.save(results, os.path.join(outdir, f"rank{rank}.pt"))
     dist.barrier()
+    del ddp, state, hook, opt, model    # they hold the process group (pimrt.train.loop.main)
+    gc.collect()
     dist.destroy_process_group()
 
 

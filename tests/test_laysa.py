@@ -1,5 +1,6 @@
 """LaySA: bit-exact parameters against DDP + GradSA + SGD (2 ranks, gloo), memory accounting
 against GradSA alone, and bad input rejected before training."""
+import gc
 import os
 import subprocess
 import sys
@@ -76,6 +77,7 @@ def _worker(rank, world, init_file, jobs, outdir):
                         "peaks": peaks}
     torch.save(results, os.path.join(outdir, f"rank{rank}.pt"))
     dist.barrier()
+    gc.collect()    # DDP holds the process group in reference cycles (pimrt.train.loop.main)
     dist.destroy_process_group()
 
 

@@ -21,6 +21,7 @@ ranks) at that batch, from the measured step time. --budget auto = GradSA alone'
 from __future__ import annotations
 
 import json
+import gc
 import os
 import statistics
 import tempfile
@@ -229,6 +230,7 @@ def _worker(rank, world, init_file, args, out_file):
         with open(out_file, "w") as f:
             json.dump({"rows": rows, "budget": budget}, f)
     dist.barrier()
+    gc.collect()    # DDP holds the process group in reference cycles (pimrt.train.loop.main)
     dist.destroy_process_group()
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import hashlib
 import json
 import math
@@ -232,5 +233,10 @@ def main(argv=None) -> int:
         print(f"done: {summary['steps']} steps, test acc {100 * (summary['final_test_acc'] or 0):.2f}%, "
               f"ratio {summary['ratio']:.1f}x, params identical on all ranks: {summary['params_identical']}",
               flush=True)
+    # DDP's reducer and the comm hook's state hold the process group in reference cycles:
+    # free them first, so that the group's gloo threads are joined here and not during the
+    # interpreter's teardown (a rank then aborted now and then with "terminate called without
+    # an active exception" after all its output was written)
+    gc.collect()
     dist.destroy_process_group()
     return 0
