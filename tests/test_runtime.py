@@ -409,12 +409,14 @@ def test_residual_add_of_a_grouped_branch_and_a_whole_shortcut_runs_by_group():
 
 
 @pytest.mark.parametrize("exchange,kind", [("sgd", "update"), ("gradsa", "fold")])
-def test_update_waits_one_conv_in_the_pims_order(exchange, kind):
+def test_update_waits_update_lag_convs_in_the_pims_order(exchange, kind):
     """A CONV's update (GradSA: its fold) comes in the PIM's stream after the backward work
-    (batch norm, ReLU) that the host's dX two CONVs further down waits for: during the next
-    CONV's dX the PIM has no other work, but what follows that dX is on the host's path and
-    must not wait behind an update."""
-    model = nn.Sequential(*[m for cin in (3, 8, 8, 8) for m in
+    (batch norm, ReLU) that the host's dX UPDATE_LAG + 1 CONVs further down waits for, and
+    before that of the dX one CONV later: the PIM's idle time during the next dX tasks is
+    where it goes, not ahead of work on the host's path."""
+    from pimrt.runtime.schedule import UPDATE_LAG
+    n = UPDATE_LAG + 4
+    model = nn.Sequential(*[m for cin in (3,) + (8,) * (n - 1) for m in
                             (nn.Conv2d(cin, 8, 3, padding=1, bias=False),
                              nn.BatchNorm2d(8), nn.ReLU())],
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
@@ -424,15 +426,18 @@ def test_update_waits_one_conv_in_the_pims_order(exchange, kind):
     by_id = {t.id: t for t in s.tasks}
     dx = [t for t in s.tasks if t.phase == "bwd_data" and t.kind == "conv"]
     updates = {t.layer: t for t in s.tasks if t.kind == kind}
-    assert len(updates) == 4 + 4 + 1                       # 4 CONVs, 4 batch norms, the linear
-    assert len(dx) == 3                                     # the first CONV has no dX
-    for a, b in zip(dx, dx[2:]):
-        # the update of a's CONV follows every PIM task b waits for
+    assert len(updates) == n + n + 1                        # CONVs, batch norms, the linear
+    assert len(dx) == n - 1                                 # the first CONV has no dX
+    lag = UPDATE_LAG + 1
+    for a, b, c in zip(dx, dx[lag:], dx[lag + 1:]):
+        u = pos[updates[a.layer].id]
+        # the update of a's CONV follows every PIM task b waits for, and precedes those of c
         waited = [by_id[d] for d in b.deps if by_id[d].side == "pim"]
-        assert waited and all(pos[updates[a.layer].id] > pos[w.id] for w in waited)
+        assert waited and all(u > pos[w.id] for w in waited)
+        later = [by_id[d] for d in c.deps if by_id[d].side == "pim"]
+        assert later and all(u < pos[w.id] for w in later)
     if exchange == "sgd":                                   # no task waits for an update
         assert not any(u.id in t.deps for u in updates.values() for t in s.tasks)
-
 
 
 def test_projection_shortcut_runs_after_the_branchs_first_conv():

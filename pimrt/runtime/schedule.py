@@ -12,10 +12,10 @@ Pipelining (research: Choi et al., IEEE Access 2024): in the forward pass the PI
 group g of a CONV's output while the host computes group g+1; in the backward pass the PIM's
 feature-map-gradient work for the layers below a CONV (batch norm, ReLU backward on the dX just
 computed) runs while the host computes that CONV's weight gradient, and the CONV's SGD update
-runs on the PIM after the backward work on the layers below the next CONV (it fills the PIM's
-wait for a dX instead of delaying work the host waits for). Each side runs its tasks in the
-order they are created here (one stream per side); a task waits for its dependencies on the
-other side. Layers are visited in `step_order`: the graph's order, but a projection shortcut
+runs on the PIM after the backward work on the layers below the next UPDATE_LAG CONVs (it
+fills the PIM's wait for a dX instead of delaying work the host waits for). Each side runs
+its tasks in the order they are created here (one stream per side); a task waits for its
+dependencies on the other side. Layers are visited in `step_order`: the graph's order, but a projection shortcut
 right after its block's first CONV (backward: the reverse).
 
 With `exchange="gradsa"` or `"laysa"` each layer's SGD update becomes GradSA's sparse
@@ -36,6 +36,10 @@ from pimrt.errors import ConfigError
 from pimrt.graph import LayerGraph
 
 HOST_COMPUTE = ("conv", "linear")
+# how many CONVs later in the PIM's order a layer's SGD update (GradSA: its fold) comes than
+# its weight gradient: after the PIM's backward work that the host's next dX tasks wait for
+# (docs/runtime.md: 1 and 3 measured against 2)
+UPDATE_LAG = 2
 PER_CHANNEL = ("batchnorm", "relu", "relu6")   # ops that work channel by channel
 ELEMENTWISE_PIM = ("batchnorm", "relu", "relu6", "add", "maxpool", "avgpool", "adaptive_avgpool")
 
@@ -255,12 +259,12 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     final_updates: list[tuple] = []
     fetched: dict[str, int] = {}
 
-    # SGD and GradSA: a layer's update (GradSA: its fold) waits one CONV more in the PIM's
-    # order, so that it comes after the PIM's backward work on the layers below the next CONV
-    # (the host's dX after that CONV waits for that work; nothing in the step waits for an
-    # update). LaySA folds at once: its update is applied in backward, freeing the layer's
-    # gradient, u and v early.
-    lagged: list[tuple] = []
+    # SGD and GradSA: a layer's update (GradSA: its fold) waits UPDATE_LAG more CONVs in the
+    # PIM's order, so that it comes after the PIM's backward work on the layers below the
+    # next CONVs (the host's dX after each of them waits for that work; nothing in the step
+    # waits for an update). LaySA folds at once: its update is applied in backward, freeing
+    # the layer's gradient, u and v early.
+    lagged: list[list[tuple]] = [[] for _ in range(UPDATE_LAG)]
 
     def flush_updates():
         for args in applies:
@@ -269,7 +273,8 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         if exchange == "laysa":
             now = list(pending_updates)
         else:
-            now, lagged[:] = list(lagged), pending_updates
+            lagged.append(list(pending_updates))
+            now = lagged.pop(0)
         pending_updates.clear()
         for args in now:
             if not sparse:
@@ -426,8 +431,8 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                      {"grad_output": (name, size[name])})
             for i in ins:
                 contrib.setdefault(i, []).append([t])
-    flush_updates()
-    flush_updates()         # the lagged ones
+    for _ in range(UPDATE_LAG + 1):     # the last layer's updates, then the lagged ones
+        flush_updates()
     after_dx()
     after_dw()
     for args in applies + final_updates:
