@@ -15,8 +15,8 @@ computed) runs while the host computes that CONV's weight gradient, and the CONV
 runs on the PIM after the backward work on the layers below the next UPDATE_LAG CONVs (it
 fills the PIM's wait for a dX instead of delaying work the host waits for). Each side runs
 its tasks in the order they are created here (one stream per side); a task waits for its
-dependencies on the other side. Layers are visited in `step_order`: the graph's order, but a projection shortcut
-right after its block's first CONV (backward: the reverse).
+dependencies on the other side. Layers are visited in `step_order`: the graph's order, but
+a projection shortcut right after its block's first CONV (backward: the reverse).
 
 With `exchange="gradsa"` or `"laysa"` each layer's SGD update becomes GradSA's sparse
 exchange (fold, sample, select, exchange, apply; LaySA: fetch and evict of the layer's
