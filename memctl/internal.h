@@ -175,7 +175,6 @@ struct mc_sim {
     uint8_t bank_bg[MC_MAX_BANKS];     /* bank group inside the rank (for the command log) */
     int8_t bank_ba[MC_MAX_BANKS];      /* bank inside the bank group (for the command log) */
     uint64_t rank_banks[8];            /* banks of each rank */
-    uint64_t group_banks[MC_MAX_BANKS]; /* banks of each bank group (index as channel.groups) */
     uint64_t capacity;
     int field_shift[MC_F_COUNT];       /* address fields (address.c) */
     uint64_t field_mask[MC_F_COUNT];

@@ -95,7 +95,6 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         sim->bank_bg[b] = (uint8_t)((b / k->banks_per_group) % k->bankgroups);
         sim->bank_ba[b] = (int8_t)(b % k->banks_per_group);
         sim->rank_banks[sim->bank_rank[b]] |= 1ull << b;
-        sim->group_banks[sim->bank_group[b]] |= 1ull << b;
         if ((sim->host_banks >> b) & 1) sim->host_bank_list[sim->host_bank_count++] = b;
     }
     uint64_t cap = (uint64_t)k->request_bytes;
