@@ -30,6 +30,8 @@ def register(subparsers) -> None:
                    help="also time the co-execution schedule without contention (each task "
                         "alone, list-scheduled with its dependencies): the most any policy "
                         "could get from this schedule")
+    p.add_argument("--no-plan", action="store_true",
+                   help="keep every weight gradient right after its dX (see pimrt run --help)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -56,7 +58,7 @@ def run(args) -> int:
             for policy in ["serial"] + [p for p in policies if p != "serial"]:
                 r = session.timed(g, policy, args.groups if policy != "serial" else 1, args.part,
                                   args.host_part, args.quiet, f"{m} {policy}",
-                                  exchange=args.update)
+                                  exchange=args.update, plan=not args.no_plan)
                 if policy == "serial":
                     serial = r
                     if "serial" not in policies:
@@ -85,7 +87,7 @@ def _bound(graph, model: str, args, serial) -> dict:
     with tqdm(unit="rec", unit_scale=True, desc=f"{model} bound", disable=args.quiet or None,
               file=sys.stderr, leave=False) as bar:
         b = contention_free_bound(graph, args.groups, args.part, args.host_part,
-                                  progress=bar.update)
+                                  progress=bar.update, plan=not args.no_plan)
     serial_ms = serial.seconds * 1e3
     return {"model": model, "policy": "no_contention", "batch": args.batch, "input": args.input,
             "step_ms": b["step_ms"], "serial_step_ms": serial_ms,

@@ -36,6 +36,10 @@ def register(subparsers) -> None:
                    help="fraction of each layer's gradient sent (gradsa, laysa)")
     p.add_argument("--link-gbps", type=float, default=10.0,
                    help="per-rank link bandwidth of the exchange, Gbit/s")
+    p.add_argument("--no-plan", action="store_true",
+                   help="keep every weight gradient right after its dX (by default the "
+                        "pipelined SGD step moves some to where the host would wait for the "
+                        "PIM: docs/runtime.md)")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results"))
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -88,7 +92,7 @@ def run(args) -> int:
                            args.layrub, exchange)
     run = serial if args.policy == "serial" else session.timed(
         graph, args.policy, args.groups, args.part, args.host_part, args.quiet, args.policy,
-        args.layrub, exchange)
+        args.layrub, exchange, plan=not args.no_plan)
     s = report.write_all(run, serial, meta, out)
     print(f"{args.model} batch {args.batch} {args.input}x{args.input}: {args.policy} "
           f"{s['step_ms']:.3f} ms vs serial {s['serial_step_ms']:.3f} ms -> speedup "

@@ -39,6 +39,9 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
         "host_blocked_cycles": s["requestors"]["host"]["cycles_blocked"],
         "pim_blocked_cycles": s["requestors"]["pim"]["cycles_blocked"],
         "simulation_wall_s": run.wall_s,
+        # weight gradients the plan moved later in the host's backward order: CONV -> the
+        # CONV whose backward they now precede (pimrt.runtime.plan)
+        "deferred_weight_gradients": dict(run.deferred or {}),
     }
     if run.exchange is not None:
         from pimrt.runtime.exchange import footprint

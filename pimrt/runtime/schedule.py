@@ -16,7 +16,9 @@ runs on the PIM after the backward work on the layers below the next UPDATE_LAG 
 fills the PIM's wait for a dX instead of delaying work the host waits for). Each side runs
 its tasks in the order they are created here (one stream per side); a task waits for its
 dependencies on the other side. Layers are visited in `step_order`: the graph's order, but
-a projection shortcut right after its block's first CONV (backward: the reverse).
+a projection shortcut right after its block's first CONV (backward: the reverse). A CONV's
+dW comes right after its dX unless `defer` moves it later in the host's order (the plan of
+pimrt.runtime.plan, for the pipelined SGD step).
 
 With `exchange="gradsa"` or `"laysa"` each layer's SGD update becomes GradSA's sparse
 exchange (fold, sample, select, exchange, apply; LaySA: fetch and evict of the layer's
@@ -109,7 +111,8 @@ def _split(n: int, groups: int) -> list[tuple[int, int]]:
 
 
 def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
-                   update: bool = True, group_count=None, exchange: str = "sgd") -> Schedule:
+                   update: bool = True, group_count=None, exchange: str = "sgd",
+                   defer: dict[str, str] | None = None) -> Schedule:
     """Tasks of one training step (forward, loss, backward, SGD update).
 
     exchange: "sgd" (a plain SGD update per layer on the PIM), "gradsa" or "laysa" (sparse
@@ -118,7 +121,12 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     groups: output-channel groups of every CONV (must divide their output channels);
     pipelined=False gives the serial baseline's task graph (one group, every task waits for
     the whole previous step). group_count(layer) -> int, when given, is each CONV's own
-    group count, at most `groups` (1: it runs whole; see pimrt.runtime.timing.group_rule)."""
+    group count, at most `groups` (1: it runs whole; see pimrt.runtime.timing.group_rule).
+
+    defer: {CONV: later CONV} moves a CONV's weight gradient (dW, and so its update) later in
+    the host's backward order, to just before the later CONV's backward (its dX, or its dW
+    when it has no dX), where the host would wait for the PIM (pimrt.runtime.plan chooses
+    them). Only with pipelined=True and the SGD update; the serial baseline keeps dX, dW."""
     if groups < 1:
         raise ConfigError(f"groups must be >= 1, got {groups}")
     if graph.batch < 1:
@@ -350,6 +358,27 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         grad[name] = out
         return out
 
+    defer = dict(defer or {}) if pipelined and exchange == "sgd" else {}
+    rank = {layer.name: i for i, layer in enumerate(reversed(order))}
+    for src, dst in defer.items():
+        if src not in rank or dst not in rank or rank[dst] <= rank[src] \
+                or graph[src].kind not in HOST_COMPUTE or graph[dst].kind not in HOST_COMPUTE:
+            raise ConfigError(f"defer {src!r} -> {dst!r}: a CONV's weight gradient can only "
+                              f"move to a CONV later in the backward pass")
+    held: dict[str, object] = {}     # deferred CONV -> makes its dW and queues its update
+
+    def weight_gradient(layer, deps: list[int], io: dict) -> None:
+        queue_update(layer, [task("host", layer.name, layer.kind, "bwd_weight", -1, 1, deps,
+                                  layer.numel, io)])
+
+    def queue_update(layer, ws: list[int]) -> None:
+        """After a CONV's dW tasks `ws`: its exchange stages, its update (UPDATE_LAG later)."""
+        after_dw()
+        if update and layer.param_bytes:
+            pending_updates.append(("pim", layer.name, "update", "update", -1, 1, ws,
+                                    layer.param_bytes // layer.itemsize,
+                                    {"param": (layer.name, layer.param_bytes)}))
+
     for layer in reversed(order):
         kind, name = layer.kind, layer.name
         if kind in ("input", "output") or layer.view_of:
@@ -359,6 +388,9 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         ins = [real(i) for i in layer.inputs]
         if kind in HOST_COMPUTE:
             flush_updates()
+            for src in sorted((s for s, d in defer.items() if d == name and s in held),
+                              key=rank.get):
+                held.pop(src)()     # deferred dWs fill the host's wait for this CONV's dY
             needs_dx = bool(layer.attrs.get("needs_input_grad", True)) and ins[0] in prod and \
                 graph[ins[0]].kind != "input"
             cout = layer.attrs.get("out_channels", layer.attrs.get("out_features", 1))
@@ -381,20 +413,22 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             if update and layer.param_bytes:
                 fetch(name, layer.param_bytes // layer.itemsize)
             io = {"grad_output": (name, size[name]), "input": (ins[0], size[ins[0]])}
+            if name in defer:
+                if not needs_dx:
+                    raise ConfigError(f"defer {name!r}: it has no dX, its dW is already where "
+                                      f"the host would wait")
+                held[name] = lambda layer=layer, deps=list(gout), io=io: \
+                    weight_gradient(layer, deps, io)
+                continue
             if not needs_dx and kind == "conv" and ng > 1 and len(gout) == ng:
                 # no dX (the first CONV): the PIM has no layer below to run during this
                 # dW, so the backward of the batch norm and ReLU after this CONV would run
                 # alone at the end of the step; dW goes by output-channel group instead, group
                 # g once dY's group g exists (each group reads the input again: an image)
-                ws = [task("host", name, kind, "bwd_weight", g, ng, [gout[g]],
-                           layer.numel // ng, io) for g in range(ng)]
+                queue_update(layer, [task("host", name, kind, "bwd_weight", g, ng, [gout[g]],
+                                          layer.numel // ng, io) for g in range(ng)])
             else:
-                ws = [task("host", name, kind, "bwd_weight", -1, 1, gout, layer.numel, io)]
-            after_dw()
-            if update and layer.param_bytes:
-                pending_updates.append(("pim", name, "update", "update", -1, 1, ws,
-                                        layer.param_bytes // layer.itemsize,
-                                        {"param": (name, layer.param_bytes)}))
+                weight_gradient(layer, gout, io)
         elif kind in ELEMENTWISE_PIM:
             if kind == "add":  # the gradient passes to both inputs unchanged
                 for i in ins:
@@ -431,6 +465,8 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                      {"grad_output": (name, size[name])})
             for i in ins:
                 contrib.setdefault(i, []).append([t])
+    for make in list(held.values()):    # deferred past the last CONV (none when planned)
+        make()
     for _ in range(UPDATE_LAG + 1):     # the last layer's updates, then the lagged ones
         flush_updates()
     after_dx()

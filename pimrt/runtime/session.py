@@ -30,12 +30,12 @@ def preflight(graph, part: str, groups: int, exchange: str = "sgd") -> None:
 
 
 def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,
-          desc: str = "", layrub: bool = False, exchange=None):
+          desc: str = "", layrub: bool = False, exchange=None, plan: bool = True):
     from tqdm import tqdm
     bar = tqdm(unit="rec", unit_scale=True, desc=desc or policy, disable=quiet or None,
                file=sys.stderr, leave=False)
     try:
         return time_step(graph, policy, groups, part=part, host_part=host_part,
-                         progress=bar.update, layrub=layrub, exchange=exchange)
+                         progress=bar.update, layrub=layrub, exchange=exchange, plan=plan)
     finally:
         bar.close()

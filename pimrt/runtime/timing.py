@@ -35,6 +35,7 @@ class StepTiming:
     records: int
     modes: np.ndarray = None   # PIM_ENTER / PIM_EXIT per channel
     exchange: object = None    # the ExchangeConfig the update ran with
+    deferred: dict = None      # the planned weight gradients, {CONV: later CONV}
 
     @property
     def makespan(self) -> int:
@@ -182,17 +183,69 @@ def with_host_buffering(part, host_part):
     return dataclasses.replace(part, controller=types.MappingProxyType(ctrl))
 
 
+def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
+                    issue_width: int = 4, progress=None) -> dict:
+    """Every task's duration when it has the memory to itself: the schedule run through
+    memctl with a barrier whenever the side changes (host and PIM never at once); task_key
+    -> cycles."""
+    from pimrt.runtime.plan import task_key
+    alone = dataclasses.replace(schedule, pipelined=False)
+    ctx = context(graph, part, place_step(graph, part), host_part, "serial")
+    ctl = Controller(part, Options(policy="serial", issue_width=issue_width))
+    _run(ctl, task_stream(alone, ctx, False), progress)
+    start, stop = _task_times(ctl, len(schedule.tasks))
+    return {task_key(t): int(stop[t.id]) - int(start[t.id]) for t in schedule.tasks}
+
+
+_PLANNED: list = []     # the last few planned schedules: (graph, key, result)
+
+
+def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_width: int = 4,
+                     progress=None, plan: bool = True):
+    """The pipelined schedule with its weight gradients placed by pimrt.runtime.plan (on the
+    tasks' durations alone), those durations, and the plan ({CONV: later CONV}). Kept for
+    the graph's next policy (pimrt compare times each graph several times)."""
+    key = (groups, _part_key(part), str(host_part), issue_width, plan)
+    for g, k, result in _PLANNED:
+        if g is graph and k == key:
+            return result
+    result = _plan(graph, groups, part, host_part, issue_width, progress, plan)
+    _PLANNED.append((graph, key, result))
+    del _PLANNED[:-4]
+    return result
+
+
+def _part_key(part) -> tuple:
+    return (part.name, str(part.path), *(tuple(sorted((k, str(v)) for k, v in m.items()))
+                                          for m in (part.org, part.timing, part.controller,
+                                                    part.pim or {})))
+
+
+def _plan(graph, groups, part, host_part, issue_width, progress, plan):
+    from pimrt.runtime.plan import plan_deferrals
+    count = group_rule(part, host_part, groups)
+
+    def build(defer):
+        return build_schedule(graph, groups, pipelined=True, group_count=count, defer=defer)
+    schedule = build({})
+    duration = alone_durations(schedule, graph, part, host_part, issue_width, progress)
+    defer = plan_deferrals(build, duration) if plan else {}
+    return (build(defer) if defer else schedule), duration, defer
+
+
 def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
               part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
               options: dict | None = None, rule: bool | None = None,
-              layrub: bool = False, exchange=None) -> StepTiming:
+              layrub: bool = False, exchange=None, plan: bool = True) -> StepTiming:
     """Time one training step of `graph` (captured at its batch) under `policy`. The serial
     policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
     on for authority unless options fix the parameters) sets the authority parameters per
     layer (pimrt.runtime.authority). layrub: Layrub's offload and prefetch traffic goes
     through memctl too (pimrt.runtime.timing.layrub_transfers). exchange: an ExchangeConfig
     (or its mode name) for GradSA / LaySA's sparse exchange instead of the SGD update
-    (pimrt.runtime.exchange)."""
+    (pimrt.runtime.exchange). plan: a pipelined policy with the SGD update (and no Layrub)
+    first times the schedule's tasks alone and moves weight gradients to where the host would
+    wait (pimrt.runtime.plan; StepTiming.schedule then has them in their planned place)."""
     from pimrt.runtime.exchange import ExchangeConfig
     if not isinstance(exchange, ExchangeConfig):
         exchange = ExchangeConfig(mode=exchange or "sgd")
@@ -202,9 +255,14 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     p = with_host_buffering(p, host_part)
     placement = place_step(graph, p, exchange.mode)
     pipelined = policy != "serial"
-    schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
-                              group_count=group_rule(p, host_part, groups) if pipelined else None,
-                              exchange=exchange.mode)
+    defer = {}
+    if pipelined and plan and exchange.mode == "sgd" and not layrub:
+        schedule, _, defer = planned_schedule(graph, groups, p, host_part, issue_width,
+                                              progress)
+    else:
+        schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
+                                  group_count=group_rule(p, host_part, groups)
+                                  if pipelined else None, exchange=exchange.mode)
     ctx = context(graph, p, placement, host_part, policy, exchange=exchange)
     opts = Options(policy=policy, issue_width=issue_width, **(options or {}))
     ctl = Controller(p, opts)
@@ -214,7 +272,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     start, end = _task_times(ctl, len(schedule.tasks))
     wall = time.perf_counter() - wall
     return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(), p.timing["tCK"],
-                      wall, total, ctl.mode_switches(), exchange)
+                      wall, total, ctl.mode_switches(), exchange, defer)
 
 
 def _run(ctl, stream, progress=None) -> int:
@@ -246,33 +304,23 @@ def _task_times(ctl, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
-                          host_part="v100", issue_width: int = 4, progress=None) -> dict:
+                          host_part="v100", issue_width: int = 4, progress=None,
+                          plan: bool = True) -> dict:
     """The pipelined step as if host and PIM each had the memory to themselves: every task of
-    the co-execution schedule is timed through memctl alone (host and PIM never at once: a
-    barrier whenever the side changes), then each side runs its tasks in order, a task
-    starting once its side is free and its dependencies have ended. The gap between this and
-    a policy's step time is what sharing the channels costs; the gap between serial and this
-    is all the dependencies leave to overlap."""
+    the co-execution schedule (with its planned weight gradients, as time_step runs it) is
+    timed through memctl alone (host and PIM never at once: a barrier whenever the side
+    changes), then each side runs its tasks in order, a task starting once its side is free
+    and its dependencies have ended. The gap between this and a policy's step time is what
+    sharing the channels costs; the gap between serial and this is all the dependencies leave
+    to overlap."""
+    from pimrt.runtime.plan import list_schedule
     p = load_part(part) if isinstance(part, str) else part
     p = with_host_buffering(p, host_part)
-    placement = place_step(graph, p)
-    schedule = build_schedule(graph, groups, pipelined=True,
-                              group_count=group_rule(p, host_part, groups))
-    alone = dataclasses.replace(schedule, pipelined=False)      # barriers between sides
-    ctx = context(graph, p, placement, host_part, "serial")
-    ctl = Controller(p, Options(policy="serial", issue_width=issue_width))
-    _run(ctl, task_stream(alone, ctx, False), progress)
-    n = len(schedule.tasks)
-    start, stop = _task_times(ctl, n)
-    dur = stop.astype(np.int64) - start.astype(np.int64)
-    free = {"host": 0, "pim": 0}
-    end = np.zeros(n, np.int64)
-    for t in schedule.tasks:
-        start = max([free[t.side]] + [int(end[d]) for d in t.deps])
-        end[t.id] = start + dur[t.id]
-        free[t.side] = int(end[t.id])
-    busy = {side: int(sum(dur[t.id] for t in schedule.tasks if t.side == side))
+    schedule, duration, _ = planned_schedule(graph, groups, p, host_part, issue_width,
+                                             progress, plan)
+    makespan = list_schedule(schedule, duration)[0]
+    from pimrt.runtime.plan import task_key
+    busy = {side: int(sum(duration[task_key(t)] for t in schedule.tasks if t.side == side))
             for side in ("host", "pim")}
-    makespan = int(end.max()) if n else 0
     return {"makespan_cycles": makespan, "step_ms": makespan * p.timing["tCK"] * 1e-6,
             "host_busy_cycles": busy["host"], "pim_busy_cycles": busy["pim"]}

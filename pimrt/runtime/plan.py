@@ -1,0 +1,113 @@
+"""Where the host's weight gradients go in the backward pass (`plan_deferrals`).
+
+In backward the host computes a CONV's dX, then its dW, while the PIM runs the layers below on
+that dX (batch norm and ReLU backward); the host's next dX waits for that work. In the late,
+host-bound layers the PIM's work is shorter than the dW and the PIM waits for the host's next
+dX; in the early, PIM-bound ones (layer1 and the stem of an ImageNet ResNet at 224x224) the
+host waits for the PIM. Nothing in the step but the layer's own update needs a dW, so a dW
+can move later in the host's order, from where the PIM waits for the host to where the host
+would wait for the PIM (what zero-bubble pipeline schedules do with their W passes).
+
+The plan takes every task's duration alone (the contention-free timing that
+pimrt.runtime.timing.contention_free_bound also uses), list-schedules the step on them
+(`list_schedule`: each side in its stream's order, a task once its side is free and its
+dependencies have ended), and moves dWs greedily: each round tries the dWs during which the
+PIM idles longest against the host's longest waits in backward, and keeps the move that
+shortens the list schedule most, until none does.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from pimrt.runtime.schedule import Schedule, Task
+
+TARGETS = 3       # the host's longest waits tried per round
+CANDIDATES = 8    # the dWs with the longest PIM idle beside them tried per round
+
+
+def task_key(t: Task) -> tuple:
+    """What identifies a task across schedules that differ only in order."""
+    return (t.layer, t.kind, t.phase, t.group, t.part)
+
+
+def list_schedule(schedule: Schedule, duration: dict) -> tuple[int, np.ndarray, np.ndarray]:
+    """Makespan, start and end of every task when each side runs its tasks in order, a task
+    starting once its side is free and its dependencies have ended."""
+    n = len(schedule.tasks)
+    start, end = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    free = {"host": 0, "pim": 0}
+    for t in schedule.tasks:
+        s = max([free[t.side]] + [int(end[d]) for d in t.deps])
+        start[t.id], end[t.id] = s, s + duration[task_key(t)]
+        free[t.side] = int(end[t.id])
+    return (int(end.max()) if n else 0), start, end
+
+
+def _host_waits(schedule: Schedule, start, end, defer: dict) -> dict[str, int]:
+    """Per CONV, the host's idle time just before its backward tasks (and the dWs deferred
+    to it, which come first)."""
+    waits: dict[str, int] = {}
+    prev = 0
+    for t in schedule.tasks:
+        if t.side != "host":
+            continue
+        gap = int(start[t.id]) - prev
+        if gap > 0 and t.phase in ("bwd_data", "bwd_weight"):
+            at = defer.get(t.layer, t.layer) if t.phase == "bwd_weight" else t.layer
+            waits[at] = waits.get(at, 0) + gap
+        prev = max(prev, int(end[t.id]))
+    return waits
+
+
+def _pim_idle_during(schedule: Schedule, start, end) -> dict[str, int]:
+    """Per CONV with a dX, how long the PIM idles while the host computes its dW."""
+    pim = sorted((int(start[t.id]), int(end[t.id])) for t in schedule.tasks if t.side == "pim")
+    ps = np.array([s for s, _ in pim], np.int64)
+    pe = np.array([e for _, e in pim], np.int64)
+    has_dx = {t.layer for t in schedule.tasks if t.phase == "bwd_data"}
+    out = {}
+    for t in schedule.tasks:
+        if t.side == "host" and t.phase == "bwd_weight" and t.layer in has_dx:
+            a, b = int(start[t.id]), int(end[t.id])
+            busy = int(np.clip(np.minimum(pe, b) - np.maximum(ps, a), 0, None).sum())
+            out[t.layer] = out.get(t.layer, 0) + max(0, (b - a) - busy)
+    return out
+
+
+def plan_deferrals(build: Callable[[dict], Schedule], duration: dict,
+                   max_rounds: int | None = None) -> dict[str, str]:
+    """{CONV: later CONV}: the dWs to move (pimrt.runtime.schedule.build_schedule's `defer`),
+    chosen on the list schedule of `build(defer)` with the tasks' durations alone."""
+    defer: dict[str, str] = {}
+    schedule = build(defer)
+    best, start, end = list_schedule(schedule, duration)
+    rounds = 0
+    while max_rounds is None or rounds < max_rounds:
+        rounds += 1
+        order: list[str] = []      # CONVs in the host's backward order
+        for t in schedule.tasks:
+            if t.side == "host" and t.phase in ("bwd_data", "bwd_weight") \
+                    and t.layer not in order:
+                order.append(t.layer)
+        waits = _host_waits(schedule, start, end, defer)
+        idle = _pim_idle_during(schedule, start, end)
+        targets = sorted(waits, key=lambda k: -waits[k])[:TARGETS]
+        found = None
+        for dst in targets:
+            before = order[:order.index(dst)]
+            cands = sorted((c for c in before if c in idle and c not in defer and idle[c] > 0),
+                           key=lambda c: -idle[c])[:CANDIDATES]
+            for src in cands:
+                trial = build({**defer, src: dst})
+                m = list_schedule(trial, duration)[0]
+                if m < best and (found is None or m < found[0]):
+                    found = (m, src, dst)
+        if found is None:
+            break
+        best, src, dst = found
+        defer[src] = dst
+        schedule = build(defer)
+        _, start, end = list_schedule(schedule, duration)
+    return defer
