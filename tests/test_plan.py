@@ -139,3 +139,20 @@ def test_pimrt_run_reports_the_moves_and_no_plan_keeps_the_order(tmp_path):
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in moved.items())
     # the serial baseline is the same either way
     assert runs[True]["serial_makespan_cycles"] == runs[False]["serial_makespan_cycles"]
+
+
+def test_plan_keeps_only_moves_that_gain_min_gain(monkeypatch):
+    """The same case as above: its moves gain a few percent of the step; asking for more than
+    the whole step's length leaves the order as it is."""
+    import pimrt.runtime.plan as plan
+    g = capture(small_cnn([8, 16, 16], [False, True, True], None), (2, 3, 8, 8))
+    base = build_schedule(g, 2)
+    convs = _backward_convs(base)
+    below = {n.name for n in g.nodes if n.inputs and n.inputs[0] == convs[-1]}
+    duration = {task_key(t): (500 if t.phase == "bwd_weight" else 100) if t.side == "host"
+                else (2000 if t.phase == "bwd" and t.layer in below else 10)
+                for t in base.tasks}
+    build = lambda d: build_schedule(g, 2, defer=d)     # noqa: E731
+    assert plan_deferrals(build, duration)
+    monkeypatch.setattr(plan, "MIN_GAIN", 1.0)
+    assert plan_deferrals(build, duration) == {}
