@@ -313,13 +313,12 @@ def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
     and its dependencies have ended. The gap between this and a policy's step time is what
     sharing the channels costs; the gap between serial and this is all the dependencies leave
     to overlap."""
-    from pimrt.runtime.plan import list_schedule
+    from pimrt.runtime.plan import list_schedule, task_key
     p = load_part(part) if isinstance(part, str) else part
     p = with_host_buffering(p, host_part)
     schedule, duration, _ = planned_schedule(graph, groups, p, host_part, issue_width,
                                              progress, plan)
     makespan = list_schedule(schedule, duration)[0]
-    from pimrt.runtime.plan import task_key
     busy = {side: int(sum(duration[task_key(t)] for t in schedule.tasks if t.side == side))
             for side in ("host", "pim")}
     return {"makespan_cycles": makespan, "step_ms": makespan * p.timing["tCK"] * 1e-6,
