@@ -65,10 +65,11 @@ def test_defer_to_an_earlier_conv_or_a_non_conv_is_an_error():
 
 
 @settings(max_examples=15, deadline=None)
-@given(model=cnns(), groups=st.sampled_from([1, 2, 4]), data=st.data())
-def test_any_deferral_keeps_every_task_and_dependency(model, groups, data):
+@given(model=cnns(), groups=st.sampled_from([1, 2, 4]),
+       exchange=st.sampled_from(["sgd", "gradsa"]), data=st.data())
+def test_any_deferral_keeps_every_task_and_dependency(model, groups, exchange, data):
     g = capture(model, (2, 3, 8, 8))
-    base = build_schedule(g, groups)
+    base = build_schedule(g, groups, exchange=exchange)
     convs = _backward_convs(base) + [t.layer for t in base.tasks
                                      if t.phase == "bwd_weight" and t.layer not in
                                      _backward_convs(base)][:1]
@@ -76,7 +77,7 @@ def test_any_deferral_keeps_every_task_and_dependency(model, groups, data):
     for i, c in enumerate(convs[:-1]):
         if data.draw(st.booleans()):
             defer[c] = convs[data.draw(st.integers(i + 1, len(convs) - 1))]
-    s = build_schedule(g, groups, defer=defer)
+    s = build_schedule(g, groups, defer=defer, exchange=exchange)
     assert _by_key(s) == _by_key(base)
     pos = {t.id: i for i, t in enumerate(s.tasks)}
     assert all(pos[d] < pos[t.id] for t in s.tasks for d in t.deps)
@@ -120,7 +121,7 @@ def test_time_step_plans_only_the_pipelined_sgd_step():
     assert isinstance(co.deferred, dict)
     assert time_step(g, "authority", 2, plan=False).deferred == {}
     assert time_step(g, "serial").deferred == {}
-    assert time_step(g, "authority", 2, exchange="gradsa").deferred == {}
+    assert time_step(g, "authority", 2, exchange="laysa").deferred == {}
     for t in co.schedule.tasks:
         assert all(co.start[t.id] >= co.end[d] for d in t.deps)
 

@@ -126,7 +126,9 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     defer: {CONV: later CONV} moves a CONV's weight gradient (dW, and so its update) later in
     the host's backward order, to just before the later CONV's backward (its dX, or its dW
     when it has no dX), where the host would wait for the PIM (pimrt.runtime.plan chooses
-    them). Only with pipelined=True and the SGD update; the serial baseline keeps dX, dW."""
+    them). Only with pipelined=True and the SGD or GradSA update (LaySA fetches a layer's u and
+    v for its dW and folds at once: a later dW would keep them longer); the serial baseline
+    keeps dX, dW."""
     if groups < 1:
         raise ConfigError(f"groups must be >= 1, got {groups}")
     if graph.batch < 1:
@@ -358,7 +360,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         grad[name] = out
         return out
 
-    defer = dict(defer or {}) if pipelined and exchange == "sgd" else {}
+    defer = dict(defer or {}) if pipelined and exchange in ("sgd", "gradsa") else {}
     rank = {layer.name: i for i, layer in enumerate(reversed(order))}
     for src, dst in defer.items():
         if src not in rank or dst not in rank or rank[dst] <= rank[src] \

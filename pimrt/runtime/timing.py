@@ -184,13 +184,15 @@ def with_host_buffering(part, host_part):
 
 
 def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
-                    issue_width: int = 4, progress=None) -> dict:
+                    issue_width: int = 4, progress=None, exchange=None) -> dict:
     """Every task's duration when it has the memory to itself: the schedule run through
     memctl with a barrier whenever the side changes (host and PIM never at once); task_key
-    -> cycles."""
+    -> cycles. exchange: the ExchangeConfig of a GradSA schedule."""
     from pimrt.runtime.plan import task_key
     alone = dataclasses.replace(schedule, pipelined=False)
-    ctx = context(graph, part, place_step(graph, part), host_part, "serial")
+    mode = exchange.mode if exchange is not None else "sgd"
+    ctx = context(graph, part, place_step(graph, part, mode), host_part, "serial",
+                  exchange=exchange)
     ctl = Controller(part, Options(policy="serial", issue_width=issue_width))
     _run(ctl, task_stream(alone, ctx, False), progress)
     start, stop = _task_times(ctl, len(schedule.tasks))
@@ -201,15 +203,17 @@ _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
 
 
 def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_width: int = 4,
-                     progress=None, plan: bool = True):
+                     progress=None, plan: bool = True, exchange=None):
     """The pipelined schedule with its weight gradients placed by pimrt.runtime.plan (on the
-    tasks' durations alone), those durations, and the plan ({CONV: later CONV}). Kept for
-    the graph's next policy (pimrt compare times each graph several times)."""
-    key = (groups, _part_key(part), str(host_part), issue_width, plan)
+    tasks' durations alone), those durations, and the plan ({CONV: later CONV}). exchange:
+    an ExchangeConfig for GradSA's schedule (default: the SGD update). Kept for the graph's
+    next policy (pimrt compare times each graph several times)."""
+    key = (groups, _part_key(part), str(host_part), issue_width, plan,
+           repr(exchange.as_dict()) if exchange is not None else "sgd")
     for g, k, result in _PLANNED:
         if g is graph and k == key:
             return result
-    result = _plan(graph, groups, part, host_part, issue_width, progress, plan)
+    result = _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange)
     _PLANNED.append((graph, key, result))
     del _PLANNED[:-4]
     return result
@@ -221,14 +225,17 @@ def _part_key(part) -> tuple:
                                                     part.pim or {})))
 
 
-def _plan(graph, groups, part, host_part, issue_width, progress, plan):
+def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange):
     from pimrt.runtime.plan import plan_deferrals
     count = group_rule(part, host_part, groups)
+    mode = exchange.mode if exchange is not None else "sgd"
 
     def build(defer):
-        return build_schedule(graph, groups, pipelined=True, group_count=count, defer=defer)
+        return build_schedule(graph, groups, pipelined=True, group_count=count, defer=defer,
+                              exchange=mode)
     schedule = build({})
-    duration = alone_durations(schedule, graph, part, host_part, issue_width, progress)
+    duration = alone_durations(schedule, graph, part, host_part, issue_width, progress,
+                               exchange)
     defer = plan_deferrals(build, duration) if plan else {}
     return (build(defer) if defer else schedule), duration, defer
 
@@ -243,9 +250,10 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     layer (pimrt.runtime.authority). layrub: Layrub's offload and prefetch traffic goes
     through memctl too (pimrt.runtime.timing.layrub_transfers). exchange: an ExchangeConfig
     (or its mode name) for GradSA / LaySA's sparse exchange instead of the SGD update
-    (pimrt.runtime.exchange). plan: a pipelined policy with the SGD update (and no Layrub)
-    first times the schedule's tasks alone and moves weight gradients to where the host would
-    wait (pimrt.runtime.plan; StepTiming.schedule then has them in their planned place)."""
+    (pimrt.runtime.exchange). plan: a pipelined policy with the SGD or GradSA update (and no
+    Layrub) first times the schedule's tasks alone and moves weight gradients to where the
+    host would wait (pimrt.runtime.plan; StepTiming.schedule then has them in their planned
+    place)."""
     from pimrt.runtime.exchange import ExchangeConfig
     if not isinstance(exchange, ExchangeConfig):
         exchange = ExchangeConfig(mode=exchange or "sgd")
@@ -256,9 +264,9 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     placement = place_step(graph, p, exchange.mode)
     pipelined = policy != "serial"
     defer = {}
-    if pipelined and plan and exchange.mode == "sgd" and not layrub:
+    if pipelined and plan and exchange.mode in ("sgd", "gradsa") and not layrub:
         schedule, _, defer = planned_schedule(graph, groups, p, host_part, issue_width,
-                                              progress)
+                                              progress, exchange=exchange)
     else:
         schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
                                   group_count=group_rule(p, host_part, groups)
