@@ -194,6 +194,18 @@ def test_bad_groups_and_too_big_model_fail_before_work():
         session.captured("resnet18", 0, 32)
 
 
+def test_a_part_without_pim_units_is_a_clear_error_before_any_work(tmp_path, capsys):
+    from pimrt.cli import main
+    out = tmp_path / "r"
+    assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
+                 "--part", "ddr4", "--out", str(out), "--quiet"]) == 2
+    assert "has no [pim] table" in capsys.readouterr().err
+    assert not out.exists()
+    g = capture(small_cnn([8], [False], None), (2, 3, 8, 8))
+    with pytest.raises(ConfigError, match="HBM2_8Gb_x128 .* has no \\[pim\\] table"):
+        time_step(g, "authority", 2, part="hbm2")
+
+
 def test_layrub_traffic_goes_through_memctl():
     g = capture(small_cnn([8, 8], [False, True], "max"), (2, 3, 16, 16))
     for policy in ("serial", "authority"):

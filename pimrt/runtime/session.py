@@ -23,10 +23,13 @@ def captured(model: str, batch: int, input_size: int):
 
 
 def preflight(graph, part: str, groups: int, exchange: str = "sgd") -> None:
-    """Errors a run would hit, found before any simulation: groups that do not divide, tensors
-    that do not fit the memory."""
+    """Errors a run would hit, found before any simulation: a part without PIM units, groups
+    that do not divide, tensors that do not fit the memory."""
+    from pimrt.runtime.timing import require_pim
+    p = load_part(part)
+    require_pim(p)
     build_schedule(graph, groups, exchange=exchange)
-    place_step(graph, load_part(part), exchange)
+    place_step(graph, p, exchange)
 
 
 def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,

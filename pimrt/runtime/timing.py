@@ -166,6 +166,17 @@ def group_rule(part, host_part, groups: int = 4):
     return count
 
 
+def require_pim(part) -> None:
+    """A co-execution step needs a part whose file has a [pim] table (the units beside the
+    banks); a plain DRAM part (hbm2, ddr4) can only run memsim traces."""
+    from pimrt.errors import ConfigError
+    if not part.pim:
+        where = f" ({part.path})" if part.path else ""
+        raise ConfigError(f"memory part {part.name}{where} has no [pim] table: the non-CONV "
+                          f"ops run on PIM units beside its banks; use a PIM part (hbm2_pim) "
+                          f"or add a [pim] table to the part's file")
+
+
 def with_host_buffering(part, host_part):
     """The part as the host sees it: a GPU keeps up to its part's `max_outstanding` requests
     in flight (Little's law; docs/host_model.md), so the host's transaction queue per channel
@@ -260,6 +271,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     if rule is None:
         rule = policy == "authority" and not options
     p = load_part(part) if isinstance(part, str) else part
+    require_pim(p)
     p = with_host_buffering(p, host_part)
     placement = place_step(graph, p, exchange.mode)
     pipelined = policy != "serial"
@@ -323,6 +335,7 @@ def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
     to overlap."""
     from pimrt.runtime.plan import list_schedule, task_key
     p = load_part(part) if isinstance(part, str) else part
+    require_pim(p)
     p = with_host_buffering(p, host_part)
     schedule, duration, _ = planned_schedule(graph, groups, p, host_part, issue_width,
                                              progress, plan)
