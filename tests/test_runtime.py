@@ -194,12 +194,16 @@ def test_bad_groups_and_too_big_model_fail_before_work():
         session.captured("resnet18", 0, 32)
 
 
-def test_a_part_without_pim_units_is_a_clear_error_before_any_work(tmp_path, capsys):
+def test_a_part_without_pim_units_or_a_bad_host_part_fails_before_any_work(tmp_path, capsys):
     from pimrt.cli import main
     out = tmp_path / "r"
     assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
                  "--part", "ddr4", "--out", str(out), "--quiet"]) == 2
     assert "has no [pim] table" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
+                 "--host-part", "nosuch", "--out", str(out), "--quiet"]) == 2
+    assert "no host part 'nosuch'" in capsys.readouterr().err
     assert not out.exists()
     g = capture(small_cnn([8], [False], None), (2, 3, 8, 8))
     with pytest.raises(ConfigError, match="HBM2_8Gb_x128 .* has no \\[pim\\] table"):

@@ -48,7 +48,7 @@ def run(args) -> int:
         raise ConfigError(f"unknown policies {bad}; choose from {', '.join(POLICIES)}")
     graphs = {m: session.captured(m, args.batch, args.input) for m in models}
     for m, g in graphs.items():  # every check before the first long run
-        session.preflight(g, args.part, args.groups, args.update)
+        session.preflight(g, args.part, args.groups, args.update, args.host_part)
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "compare.json"
     results: list[dict] = []

@@ -56,7 +56,7 @@ def run(args) -> int:
         raise ConfigError(f"unknown policy {args.policy!r}; choose one of {', '.join(POLICIES)}")
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
     graph = session.captured(args.model, args.batch, args.input)
-    session.preflight(graph, args.part, args.groups, exchange.mode)
+    session.preflight(graph, args.part, args.groups, exchange.mode, args.host_part)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model, "batch": args.batch, "input": args.input, "part": args.part,

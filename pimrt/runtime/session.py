@@ -22,10 +22,15 @@ def captured(model: str, batch: int, input_size: int):
     return capture(net, (batch, 3, input_size, input_size), name=model)
 
 
-def preflight(graph, part: str, groups: int, exchange: str = "sgd") -> None:
-    """Errors a run would hit, found before any simulation: a part without PIM units, groups
-    that do not divide, tensors that do not fit the memory."""
+def preflight(graph, part: str, groups: int, exchange: str = "sgd",
+              host_part: str | None = None) -> None:
+    """Errors a run would hit, found before any simulation: a host part that does not load, a
+    memory part without PIM units, groups that do not divide, tensors that do not fit the
+    memory."""
+    from pimrt.host import load_host_part
     from pimrt.runtime.timing import require_pim
+    if host_part is not None:
+        load_host_part(host_part)
     p = load_part(part)
     require_pim(p)
     build_schedule(graph, groups, exchange=exchange)
