@@ -37,9 +37,9 @@ def register(subparsers) -> None:
     p.add_argument("--link-gbps", type=float, default=10.0,
                    help="per-rank link bandwidth of the exchange, Gbit/s")
     p.add_argument("--no-plan", action="store_true",
-                   help="keep every weight gradient right after its dX (by default the "
-                        "pipelined SGD step moves some to where the host would wait for the "
-                        "PIM: docs/runtime.md)")
+                   help="keep every weight gradient right after its dX (by default a "
+                        "pipelined SGD or GradSA step moves some to where the host would wait "
+                        "for the PIM: docs/runtime.md)")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results"))
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)

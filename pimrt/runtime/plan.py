@@ -68,9 +68,8 @@ def _host_waits(schedule: Schedule, start, end, defer: dict) -> dict[str, int]:
 
 def _pim_idle_during(schedule: Schedule, start, end) -> dict[str, int]:
     """Per CONV with a dX, how long the PIM idles while the host computes its dW."""
-    pim = sorted((int(start[t.id]), int(end[t.id])) for t in schedule.tasks if t.side == "pim")
-    ps = np.array([s for s, _ in pim], np.int64)
-    pe = np.array([e for _, e in pim], np.int64)
+    pim = [t.id for t in schedule.tasks if t.side == "pim"]
+    ps, pe = start[pim], end[pim]
     has_dx = {t.layer for t in schedule.tasks if t.phase == "bwd_data"}
     out = {}
     for t in schedule.tasks:
@@ -81,17 +80,14 @@ def _pim_idle_during(schedule: Schedule, start, end) -> dict[str, int]:
     return out
 
 
-def plan_deferrals(build: Callable[[dict], Schedule], duration: dict,
-                   max_rounds: int | None = None) -> dict[str, str]:
+def plan_deferrals(build: Callable[[dict], Schedule], duration: dict) -> dict[str, str]:
     """{CONV: later CONV}: the dWs to move (pimrt.runtime.schedule.build_schedule's `defer`),
     chosen on the list schedule of `build(defer)` with the tasks' durations alone."""
     defer: dict[str, str] = {}
     schedule = build(defer)
     best, start, end = list_schedule(schedule, duration)
     least = MIN_GAIN * best
-    rounds = 0
-    while max_rounds is None or rounds < max_rounds:
-        rounds += 1
+    while True:
         order: list[str] = []      # CONVs in the host's backward order
         for t in schedule.tasks:
             if t.side == "host" and t.phase in ("bwd_data", "bwd_weight") \

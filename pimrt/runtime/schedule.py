@@ -467,8 +467,6 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                      {"grad_output": (name, size[name])})
             for i in ins:
                 contrib.setdefault(i, []).append([t])
-    for make in list(held.values()):    # deferred past the last CONV (none when planned)
-        make()
     for _ in range(UPDATE_LAG + 1):     # the last layer's updates, then the lagged ones
         flush_updates()
     after_dx()

@@ -177,6 +177,14 @@ def require_pim(part) -> None:
                           f"or add a [pim] table to the part's file")
 
 
+def step_part(part, host_part):
+    """The memory part (a name, a file or a Part) a co-execution step runs on, checked for
+    PIM units, as the host sees it (with_host_buffering)."""
+    p = load_part(part) if isinstance(part, str) else part
+    require_pim(p)
+    return with_host_buffering(p, host_part)
+
+
 def with_host_buffering(part, host_part):
     """The part as the host sees it: a GPU keeps up to its part's `max_outstanding` requests
     in flight (Little's law; docs/host_model.md), so the host's transaction queue per channel
@@ -198,11 +206,12 @@ def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
                     issue_width: int = 4, progress=None, exchange=None) -> dict:
     """Every task's duration when it has the memory to itself: the schedule run through
     memctl with a barrier whenever the side changes (host and PIM never at once); task_key
-    -> cycles. exchange: the ExchangeConfig of a GradSA schedule."""
+    -> cycles. exchange: the ExchangeConfig of a GradSA schedule (default: the SGD update)."""
+    from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.runtime.plan import task_key
+    exchange = exchange or ExchangeConfig()
     alone = dataclasses.replace(schedule, pipelined=False)
-    mode = exchange.mode if exchange is not None else "sgd"
-    ctx = context(graph, part, place_step(graph, part, mode), host_part, "serial",
+    ctx = context(graph, part, place_step(graph, part, exchange.mode), host_part, "serial",
                   exchange=exchange)
     ctl = Controller(part, Options(policy="serial", issue_width=issue_width))
     _run(ctl, task_stream(alone, ctx, False), progress)
@@ -219,8 +228,10 @@ def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_widt
     tasks' durations alone), those durations, and the plan ({CONV: later CONV}). exchange:
     an ExchangeConfig for GradSA's schedule (default: the SGD update). Kept for the graph's
     next policy (pimrt compare times each graph several times)."""
+    from pimrt.runtime.exchange import ExchangeConfig
+    exchange = exchange or ExchangeConfig()
     key = (groups, _part_key(part), str(host_part), issue_width, plan,
-           repr(exchange.as_dict()) if exchange is not None else "sgd")
+           repr(exchange.as_dict()))
     for g, k, result in _PLANNED:
         if g is graph and k == key:
             return result
@@ -239,11 +250,10 @@ def _part_key(part) -> tuple:
 def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange):
     from pimrt.runtime.plan import plan_deferrals
     count = group_rule(part, host_part, groups)
-    mode = exchange.mode if exchange is not None else "sgd"
 
     def build(defer):
         return build_schedule(graph, groups, pipelined=True, group_count=count, defer=defer,
-                              exchange=mode)
+                              exchange=exchange.mode)
     schedule = build({})
     duration = alone_durations(schedule, graph, part, host_part, issue_width, progress,
                                exchange)
@@ -270,9 +280,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
         exchange = ExchangeConfig(mode=exchange or "sgd")
     if rule is None:
         rule = policy == "authority" and not options
-    p = load_part(part) if isinstance(part, str) else part
-    require_pim(p)
-    p = with_host_buffering(p, host_part)
+    p = step_part(part, host_part)
     placement = place_step(graph, p, exchange.mode)
     pipelined = policy != "serial"
     defer = {}
@@ -334,9 +342,7 @@ def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
     sharing the channels costs; the gap between serial and this is all the dependencies leave
     to overlap."""
     from pimrt.runtime.plan import list_schedule, task_key
-    p = load_part(part) if isinstance(part, str) else part
-    require_pim(p)
-    p = with_host_buffering(p, host_part)
+    p = step_part(part, host_part)
     schedule, duration, _ = planned_schedule(graph, groups, p, host_part, issue_width,
                                              progress, plan)
     makespan = list_schedule(schedule, duration)[0]
