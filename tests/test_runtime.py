@@ -139,23 +139,94 @@ def test_timed_tasks_respect_dependencies(model, groups, policy):
             assert s1 >= e0
 
 
-def test_authority_never_shares_a_channel_in_a_real_step():
-    from pimrt.memctl import CommandLog, Controller, Options
+@settings(max_examples=20)
+@given(model=cnns(), groups=st.sampled_from([1, 2, 4]),
+       policy=st.sampled_from(["authority", "bank_partition"]))
+def test_never_both_sides_in_one_channel_at_once(model, groups, policy):
+    """The command log of a whole step obeys the policy: under authority the host issues
+    nothing while a channel is in PIM mode (and the PIM nothing outside it); under bank
+    partitioning each side stays in its own banks. The timing checker reads the log."""
+    import io
+    from pimrt.memctl import CommandLog, Controller, Options, default_pim_banks
     from pimrt.memctl.checker import check_command_log
     from pimrt.runtime.placement import place_step
     from pimrt.runtime.timing import task_stream
     from pimrt.runtime.work import context
-    import io
-    g = capture(small_cnn([8, 8], [False, True], "max"), (2, 3, 8, 8))
+    g = capture(model, (2, 3, 8, 8))
     part = load_part("hbm2_pim")
-    ctx = context(g, part, place_step(g, part))
+    ctx = context(g, part, place_step(g, part), policy=policy)
     buf = io.StringIO()
-    ctl = Controller(part, Options(policy="authority"), cmdlog=CommandLog(buf))
-    for recs in task_stream(build_schedule(g, 2), ctx, rule=True):
+    ctl = Controller(part, Options(policy=policy), cmdlog=CommandLog(buf))
+    for recs in task_stream(build_schedule(g, groups), ctx, rule=policy == "authority"):
         ctl.feed(recs)
     ctl.finish()
-    assert ctl.stats()["mode_switches"] > 0
-    assert check_command_log(buf.getvalue(), part, policy="authority") == []
+    banks = sorted(default_pim_banks(part)) if policy == "bank_partition" else None
+    assert check_command_log(buf.getvalue(), part, policy=policy, pim_banks=banks) == []
+    if policy == "authority":
+        assert ctl.stats()["mode_switches"] > 0
+
+
+@st.composite
+def channel_wide_cnns(draw):
+    """Small CNNs whose feature maps (batch 4, 16x16, 16 or 32 channels) spread over every
+    channel of the part. On tinier graphs (8x8, <= 16 channels, batch <= 2: a feature map in
+    a few rows of one bank) a step is a handful of row conflicts and refreshes, and where a
+    refresh falls moves it by more than the sharing does (docs/runtime.md)."""
+    depth = draw(st.integers(1, 2))
+    widths = draw(st.lists(st.sampled_from([16, 32]), min_size=depth, max_size=depth))
+    residual = draw(st.lists(st.booleans(), min_size=depth, max_size=depth))
+    pool = draw(st.sampled_from([None, "max", "avg"]))
+    return small_cnn(widths, residual, pool, project=draw(st.booleans()))
+
+
+@settings(max_examples=25)
+@given(model=channel_wide_cnns(), groups=st.sampled_from([1, 2, 4]), rule=st.booleans())
+def test_co_executed_makespan_is_at_most_serial_plus_the_switches(model, groups, rule):
+    """The pipelined schedule under authority takes at most as long as the same tasks with
+    host and PIM taking turns, plus the mode switches times their cost (precharge-all, into
+    PIM mode and out); so does the runtime's step (time_step: the group rule and the planned
+    weight gradients) against its serial baseline."""
+    import dataclasses
+    from pimrt.runtime.authority import switch_cost
+    from pimrt.runtime.timing import group_rule, step_part, time_schedule
+    g = capture(model, (4, 3, 16, 16))
+    part = step_part("hbm2_pim", "v100")
+    cost = switch_cost(part)
+    s = build_schedule(g, groups, group_count=group_rule(part, "v100", groups) if rule else None)
+    co = time_schedule(s, g, part, policy="authority", rule=True)
+    turns = time_schedule(dataclasses.replace(s, pipelined=False), g, part, policy="serial")
+    assert co.stats["mode_switches"] > 0 and turns.stats["mode_switches"] > 0
+    assert co.makespan <= turns.makespan + co.stats["mode_switches"] * cost
+    if rule:
+        step, serial = time_step(g, "authority", groups), time_step(g, "serial")
+        assert step.makespan <= serial.makespan + step.stats["mode_switches"] * cost
+
+
+@settings(max_examples=12)
+@given(model=cnns(), groups=st.sampled_from([2, 4]), seed=st.integers(0, 2 ** 16))
+def test_co_executed_numbers_equal_the_serial_numbers(model, groups, seed):
+    """One training step with every non-CONV op on the PIM's golden model, by channel groups
+    as co-execution runs it, gives bit for bit the numbers of the serial step (one group):
+    the loss, every gradient, every updated parameter, the batch norms' running statistics."""
+    import copy
+    from torch.nn import functional as F
+    from pimrt.runtime.functional import PimOps, _sgd_step_pim, to_pim
+    torch.manual_seed(seed)
+    x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 10, (2,))
+    steps = []
+    for g in (1, groups):
+        ops = PimOps("golden", g)
+        gm = to_pim(copy.deepcopy(model).train(), ops)
+        loss = F.cross_entropy(gm(x), y)
+        loss.backward()
+        grads = [p.grad.clone() for p in gm.parameters()]
+        _sgd_step_pim(gm, ops.backend, 0.1, 0.9, 5e-4)
+        steps.append([loss.detach(), *grads, *(p.detach() for p in gm.parameters()),
+                      *gm.buffers()])
+    serial, co = steps
+    assert len(serial) == len(co)
+    for a, b in zip(serial, co):
+        assert torch.equal(a, b)
 
 
 def test_speedup_over_serial_on_a_resnet():

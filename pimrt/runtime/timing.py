@@ -207,16 +207,10 @@ def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
     """Every task's duration when it has the memory to itself: the schedule run through
     memctl with a barrier whenever the side changes (host and PIM never at once); task_key
     -> cycles. exchange: the ExchangeConfig of a GradSA schedule (default: the SGD update)."""
-    from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.runtime.plan import task_key
-    exchange = exchange or ExchangeConfig()
-    alone = dataclasses.replace(schedule, pipelined=False)
-    ctx = context(graph, part, place_step(graph, part, exchange.mode), host_part, "serial",
-                  exchange=exchange)
-    ctl = Controller(part, Options(policy="serial", issue_width=issue_width))
-    _run(ctl, task_stream(alone, ctx, False), progress)
-    start, stop = _task_times(ctl, len(schedule.tasks))
-    return {task_key(t): int(stop[t.id]) - int(start[t.id]) for t in schedule.tasks}
+    alone = time_schedule(dataclasses.replace(schedule, pipelined=False), graph, part,
+                          host_part, "serial", issue_width, progress, exchange=exchange)
+    return {task_key(t): int(alone.end[t.id]) - int(alone.start[t.id]) for t in schedule.tasks}
 
 
 _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
@@ -291,16 +285,31 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
         schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
                                   group_count=group_rule(p, host_part, groups)
                                   if pipelined else None, exchange=exchange.mode)
-    ctx = context(graph, p, placement, host_part, policy, exchange=exchange)
-    opts = Options(policy=policy, issue_width=issue_width, **(options or {}))
-    ctl = Controller(p, opts)
+    timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
+                           options, rule, layrub, exchange, placement)
+    timing.deferred = defer
+    return timing
+
+
+def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
+                  policy: str = "authority", issue_width: int = 4, progress=None,
+                  options: dict | None = None, rule: bool = False, layrub: bool = False,
+                  exchange=None, placement=None) -> StepTiming:
+    """Run the tasks of `schedule` through memctl under `policy` on the part (a Part, as
+    step_part gives it); a schedule with pipelined=False gets a barrier whenever the side
+    changes. rule: the authority parameters per host CONV/linear (pimrt.runtime.authority)."""
+    from pimrt.runtime.exchange import ExchangeConfig
+    exchange = exchange or ExchangeConfig()
+    placement = placement or place_step(graph, part, exchange.mode)
+    ctx = context(graph, part, placement, host_part, policy, exchange=exchange)
+    ctl = Controller(part, Options(policy=policy, issue_width=issue_width, **(options or {})))
     wall = time.perf_counter()
     transfers = layrub_transfers(schedule, ctx) if layrub else None
     total = _run(ctl, task_stream(schedule, ctx, rule, transfers), progress)
     start, end = _task_times(ctl, len(schedule.tasks))
     wall = time.perf_counter() - wall
-    return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(), p.timing["tCK"],
-                      wall, total, ctl.mode_switches(), exchange, defer)
+    return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(),
+                      part.timing["tCK"], wall, total, ctl.mode_switches(), exchange, {})
 
 
 def _run(ctl, stream, progress=None) -> int:
