@@ -232,6 +232,8 @@ def _worker(rank, world, init_file, args, out_file):
     dist.barrier()
     gc.collect()    # DDP holds the process group in reference cycles (pimrt.train.loop.main)
     dist.destroy_process_group()
+    from pimrt.train.distenv import leave
+    leave(0)        # without the interpreter's teardown (pimrt.train.distenv.leave)
 
 
 # ------------------------------------------------------------------------------------------

@@ -23,6 +23,16 @@ def init(backend: str, timeout_s: float) -> tuple[int, int, int]:
     return 0, 1, 0
 
 
+def leave(code: int = 0) -> None:
+    """End a worker process whose files are written and whose process group is destroyed,
+    without the interpreter's teardown: gloo's threads may still drop tensors there, and a
+    rank then aborts now and then ("terminate called without an active exception", SIGABRT)
+    after all its output was written, which torchrun reports as a failed run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def fail(rank: int, message: str, code: int = 3) -> None:
     """Print and leave at once: after a failed collective a clean shutdown may itself hang."""
     print(f"pimrt.train: rank {rank}: error: {message}", file=sys.stderr, flush=True)

@@ -234,9 +234,9 @@ def main(argv=None) -> int:
               f"ratio {summary['ratio']:.1f}x, params identical on all ranks: {summary['params_identical']}",
               flush=True)
     # DDP's reducer and the comm hook's state hold the process group in reference cycles:
-    # free them first, so that the group's gloo threads are joined here and not during the
-    # interpreter's teardown (a rank then aborted now and then with "terminate called without
-    # an active exception" after all its output was written)
+    # free them first, so that the group's gloo threads are joined here
     gc.collect()
     dist.destroy_process_group()
+    if "RANK" in os.environ:    # a torchrun worker: leave without the interpreter's teardown
+        distenv.leave(0)        # (a rank still aborted there now and then; distenv.leave)
     return 0
