@@ -35,9 +35,8 @@ def leave(code: int = 0) -> None:
 
 def fail(rank: int, message: str, code: int = 3) -> None:
     """Print and leave at once: after a failed collective a clean shutdown may itself hang."""
-    print(f"pimrt.train: rank {rank}: error: {message}", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(code)
+    print(f"pimrt.train: rank {rank}: error: {message}", file=sys.stderr)
+    leave(code)
 
 
 class Watchdog:
