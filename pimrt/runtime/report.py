@@ -41,7 +41,7 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
         "simulation_wall_s": run.wall_s,
         # weight gradients the plan moved later in the host's backward order: CONV -> the
         # CONV whose backward they now precede (pimrt.runtime.plan)
-        "deferred_weight_gradients": dict(run.deferred or {}),
+        "deferred_weight_gradients": dict(run.deferred),
     }
     if run.exchange is not None:
         from pimrt.runtime.exchange import footprint

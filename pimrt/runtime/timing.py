@@ -35,7 +35,7 @@ class StepTiming:
     records: int
     modes: np.ndarray = None   # PIM_ENTER / PIM_EXIT per channel
     exchange: object = None    # the ExchangeConfig the update ran with
-    deferred: dict = None      # the planned weight gradients, {CONV: later CONV}
+    deferred: dict = dataclasses.field(default_factory=dict)  # the planned dWs: {CONV: later CONV}
 
     @property
     def makespan(self) -> int:
@@ -309,7 +309,7 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
     start, end = _task_times(ctl, len(schedule.tasks))
     wall = time.perf_counter() - wall
     return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(),
-                      part.timing["tCK"], wall, total, ctl.mode_switches(), exchange, {})
+                      part.timing["tCK"], wall, total, ctl.mode_switches(), exchange)
 
 
 def _run(ctl, stream, progress=None) -> int:
