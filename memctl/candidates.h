@@ -20,6 +20,8 @@ static inline void mc_choose(const mc_sim *sim, channel *c, int bi)
     const int32_t open = bk->open_row;
     int32_t a = bk->head[DIR_RD], w = bk->head[DIR_WR];
     int32_t head = a < 0 ? w : (w < 0 ? a : (c->slots[a].seq < c->slots[w].seq ? a : w));
+    if (w >= 0 && bk->count[DIR_RD] + bk->count[DIR_WR] >= sim->cfg.bank_queue_depth)
+        head = w; /* full: its writes go first, they hold the slots the reads behind need */
     c->col_mask[DIR_RD] &= ~bit;
     c->col_mask[DIR_WR] &= ~bit;
     c->act_mask &= ~bit;

@@ -283,7 +283,10 @@ move_dir(const mc_sim *sim, channel *c, int dir)
     bk->tail[dir] = h;
     bk->count[dir]++;
     if (--c->txq_nb[dir][b] == 0) c->txq_banks[dir] &= ~(1ull << b);
-    if (bk->count[0] + bk->count[1] >= sim->cfg.bank_queue_depth) c->full_mask |= 1ull << b;
+    if (bk->count[0] + bk->count[1] >= sim->cfg.bank_queue_depth) {
+        c->full_mask |= 1ull << b;
+        if (bk->count[DIR_WR]) c->dirty_mask |= 1ull << b; /* its writes go first now */
+    }
     if (!same) c->dirty_mask |= 1ull << b;
     c->pending_mask[dir] |= 1ull << b;
     if (dir == DIR_WR) c->drain_left--;

@@ -167,20 +167,20 @@ def test_never_both_sides_in_one_channel_at_once(model, groups, policy):
 
 
 @st.composite
-def channel_wide_cnns(draw):
-    """Small CNNs whose feature maps (batch 4, 16x16, 16 or 32 channels) spread over every
-    channel of the part. On tinier graphs (8x8, <= 16 channels, batch <= 2: a feature map in
-    a few rows of one bank) a step is a handful of row conflicts and refreshes, and where a
-    refresh falls moves it by more than the sharing does (docs/runtime.md)."""
-    depth = draw(st.integers(1, 2))
-    widths = draw(st.lists(st.sampled_from([16, 32]), min_size=depth, max_size=depth))
+def sized_cnns(draw):
+    """Small CNNs with the batch and input size they are timed at: tiny ones (8x8, batch 1 or
+    2: a feature map in a few rows of one bank) and ones whose maps spread over every channel
+    of the part (16x16, batch 4, up to 32 channels)."""
+    depth = draw(st.integers(1, 3))
+    widths = draw(st.lists(st.sampled_from([4, 8, 16, 32]), min_size=depth, max_size=depth))
     residual = draw(st.lists(st.booleans(), min_size=depth, max_size=depth))
     pool = draw(st.sampled_from([None, "max", "avg"]))
-    return small_cnn(widths, residual, pool, project=draw(st.booleans()))
+    batch, size = draw(st.sampled_from([(1, 8), (2, 8), (4, 16)]))
+    return small_cnn(widths, residual, pool, project=draw(st.booleans())), (batch, 3, size, size)
 
 
 @settings(max_examples=25)
-@given(model=channel_wide_cnns(), groups=st.sampled_from([1, 2, 4]), rule=st.booleans())
+@given(model=sized_cnns(), groups=st.sampled_from([1, 2, 4]), rule=st.booleans())
 def test_co_executed_makespan_is_at_most_serial_plus_the_switches(model, groups, rule):
     """The pipelined schedule under authority takes at most as long as the same tasks with
     host and PIM taking turns, plus the mode switches times their cost (precharge-all, into
@@ -189,7 +189,8 @@ def test_co_executed_makespan_is_at_most_serial_plus_the_switches(model, groups,
     import dataclasses
     from pimrt.runtime.authority import switch_cost
     from pimrt.runtime.timing import group_rule, step_part, time_schedule
-    g = capture(model, (4, 3, 16, 16))
+    model, shape = model
+    g = capture(model, shape)
     part = step_part("hbm2_pim", "v100")
     cost = switch_cost(part)
     s = build_schedule(g, groups, group_count=group_rule(part, "v100", groups) if rule else None)
