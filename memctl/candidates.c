@@ -1,6 +1,7 @@
 /* The host's candidate commands: each bank's FR-FCFS choice (its oldest row hit per direction,
- * else an ACT or PRE for its oldest request), recomputed only when the bank changed, and the
- * scan that finds the oldest candidate of a kind that can issue at a given cycle.
+ * else an ACT or PRE for its oldest request, or for its oldest write while its command queue
+ * is full), recomputed only when the bank changed, and the scan that finds the oldest
+ * candidate of a kind that can issue at a given cycle.
  *
  * A candidate's ready cycle is the max of its bank and bank-group terms, kept per bank and
  * class in channel.ready_at (timing.c updates them as commands issue), and its rank and bus

@@ -180,8 +180,8 @@ def sized_cnns(draw):
 
 
 @settings(max_examples=25)
-@given(model=sized_cnns(), groups=st.sampled_from([1, 2, 4]), rule=st.booleans())
-def test_co_executed_makespan_is_at_most_serial_plus_the_switches(model, groups, rule):
+@given(case=sized_cnns(), groups=st.sampled_from([1, 2, 4]), rule=st.booleans())
+def test_co_executed_makespan_is_at_most_serial_plus_the_switches(case, groups, rule):
     """The pipelined schedule under authority takes at most as long as the same tasks with
     host and PIM taking turns, plus the mode switches times their cost (precharge-all, into
     PIM mode and out); so does the runtime's step (time_step: the group rule and the planned
@@ -189,7 +189,7 @@ def test_co_executed_makespan_is_at_most_serial_plus_the_switches(model, groups,
     import dataclasses
     from pimrt.runtime.authority import switch_cost
     from pimrt.runtime.timing import group_rule, step_part, time_schedule
-    model, shape = model
+    model, shape = case
     g = capture(model, shape)
     part = step_part("hbm2_pim", "v100")
     cost = switch_cost(part)
