@@ -75,9 +75,9 @@ def _ancestors(task, by_id) -> set[int]:
 
 
 @st.composite
-def cnns(draw):
+def cnns(draw, channels=(4, 8, 16)):
     depth = draw(st.integers(1, 3))
-    widths = draw(st.lists(st.sampled_from([4, 8, 16]), min_size=depth, max_size=depth))
+    widths = draw(st.lists(st.sampled_from(channels), min_size=depth, max_size=depth))
     residual = draw(st.lists(st.booleans(), min_size=depth, max_size=depth))
     pool = draw(st.sampled_from([None, "max", "avg"]))
     return small_cnn(widths, residual, pool, project=draw(st.booleans()))
@@ -171,12 +171,8 @@ def sized_cnns(draw):
     """Small CNNs with the batch and input size they are timed at: tiny ones (8x8, batch 1 or
     2: a feature map in a few rows of one bank) and ones whose maps spread over every channel
     of the part (16x16, batch 4, up to 32 channels)."""
-    depth = draw(st.integers(1, 3))
-    widths = draw(st.lists(st.sampled_from([4, 8, 16, 32]), min_size=depth, max_size=depth))
-    residual = draw(st.lists(st.booleans(), min_size=depth, max_size=depth))
-    pool = draw(st.sampled_from([None, "max", "avg"]))
     batch, size = draw(st.sampled_from([(1, 8), (2, 8), (4, 16)]))
-    return small_cnn(widths, residual, pool, project=draw(st.booleans())), (batch, 3, size, size)
+    return draw(cnns(channels=(4, 8, 16, 32))), (batch, 3, size, size)
 
 
 @settings(max_examples=25)
