@@ -40,7 +40,7 @@ from pimrt.graph import LayerGraph
 HOST_COMPUTE = ("conv", "linear")
 # how many CONVs later in the PIM's order a layer's SGD update (GradSA: its fold) comes than
 # its weight gradient: after the PIM's backward work that the host's next dX tasks wait for
-# (docs/runtime.md: 1 and 3 measured against 2)
+# (docs/runtime-measurements.md: 1, 3 and 4 measured against 2)
 UPDATE_LAG = 2
 PER_CHANNEL = ("batchnorm", "relu", "relu6")   # ops that work channel by channel
 ELEMENTWISE_PIM = ("batchnorm", "relu", "relu6", "add", "maxpool", "avgpool", "adaptive_avgpool")

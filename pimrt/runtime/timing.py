@@ -148,7 +148,7 @@ def group_rule(part, host_part, groups: int = 4):
     input <= output: an ImageNet stem's 3 channels in, 64 out) gets the smallest split (2
     groups when `groups` is even). A memory-bound CONV runs whole: each group would read its
     input again for little overlap. (ResNet-18, batch 32, 32x32, groups = 4: 15.84 ms against 16.05 with 4
-    groups for every split CONV; docs/runtime.md.)"""
+    groups for every split CONV; docs/runtime-measurements.md.)"""
     from pimrt.host import load_host_part
     hp = load_host_part(host_part)
     ridge = hp.sustained_flops / (part.peak_bandwidth_gbs * 1e9)
