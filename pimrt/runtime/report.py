@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import pathlib
 
+from pimrt.runtime.attribution import PHASE_CLASS, PHASES, layer_shares
 from pimrt.runtime.timing import StepTiming
 
 
 def layer_spans(t: StepTiming) -> dict[str, tuple[int, int, int, int]]:
-    """layer -> (start, end, host busy cycles, PIM busy cycles) in this run."""
+    """layer -> (first start, last end, host busy cycles, PIM busy cycles) in this run."""
     out: dict[str, list[int]] = {}
     for task in t.schedule.tasks:
         s, e = int(t.start[task.id]), int(t.end[task.id])
@@ -18,6 +20,26 @@ def layer_spans(t: StepTiming) -> dict[str, tuple[int, int, int, int]]:
         span[0], span[1] = min(span[0], s), max(span[1], e)
         span[2 if task.side == "host" else 3] += e - s
     return {k: tuple(v) for k, v in out.items()}
+
+
+def lanes(intervals) -> list[int]:
+    """A lane for each [start, end) interval such that no two intervals in one lane overlap:
+    each, in order of start, takes the lowest lane free by its start. Perfetto drops a
+    complete ("X") event that overlaps another on its thread without nesting in it, so every
+    track of the trace is laid out in such lanes."""
+    lane_end: list[int] = []
+    out = [0] * len(intervals)
+    for i in sorted(range(len(intervals)), key=lambda i: (intervals[i][0], -intervals[i][1])):
+        s, e = intervals[i]
+        for lane, free_at in enumerate(lane_end):
+            if free_at <= s:
+                break
+        else:
+            lane = len(lane_end)
+            lane_end.append(0)
+        lane_end[lane] = e
+        out[i] = lane
+    return out
 
 
 def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
@@ -56,56 +78,130 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
     return out
 
 
+def _trace_us(ns: int) -> float:
+    """`ns` nanoseconds as the microseconds of a Chrome trace, such that Perfetto, which
+    truncates ts x 1000 to whole nanoseconds, reads back exactly `ns` (1001 / 1000 x 1000 is
+    1000.999...: one ulp up), so slices that touch do not overlap by a nanosecond."""
+    us = ns / 1000
+    while us * 1000.0 < ns:
+        us = math.nextafter(us, math.inf)
+    return us
+
+
 def write_chrome_trace(run: StepTiming, path, tck_ns: float | None = None) -> None:
-    """Chrome trace JSON (open in Perfetto or chrome://tracing): a host and a PIM track with
-    every task, a layer track, and one memory-mode track per channel (PIM mode spans)."""
-    us = (tck_ns or run.tck_ns) / 1e3
+    """Chrome trace JSON (open in Perfetto or chrome://tracing): the host's and the PIM's
+    tasks, each layer's forward, backward and update spans, and one memory-mode track per
+    channel (PIM mode spans). A side's tasks can overlap (the next task issues while the last
+    one's requests finish), and so can layers, so each of these tracks is split into lanes
+    (threads) in which no two slices overlap."""
+    tck = tck_ns or run.tck_ns
+
+    def ns(cycle) -> int:
+        return int(round(float(cycle) * tck))
+
     ev = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}
           for pid, name in ((1, "host"), (2, "PIM"), (3, "layers"), (4, "memory mode"))]
+    ev += [{"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}}
+           for pid in (1, 2, 3, 4)]
+
+    def slices(pid: int, items: list[tuple[int, int, dict]], thread: str, tid0: int = 0):
+        """items: (start cycle, end cycle, event fields) laid out in lanes from tid0."""
+        spans = [(ns(s), ns(e)) for s, e, _ in items]
+        lane_of = lanes(spans)
+        for (s, e), lane, (_, _, fields) in zip(spans, lane_of, items):
+            ev.append({**fields, "ph": "X", "pid": pid, "tid": tid0 + lane,
+                       "ts": _trace_us(s), "dur": _trace_us(e - s)})
+        for lane in range(max(lane_of, default=-1) + 1):
+            name = thread if lane == 0 else f"{thread} (overlapping, {lane + 1})"
+            ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid0 + lane,
+                       "args": {"name": name}})
+            ev.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid0 + lane,
+                       "args": {"sort_index": tid0 + lane}})
+
+    for pid, side in ((1, "host"), (2, "pim")):
+        items = []
+        for task in run.schedule.tasks:
+            if task.side != side:
+                continue
+            s, e = int(run.start[task.id]), int(run.end[task.id])
+            items.append((s, e, {
+                "name": task.label, "cat": task.kind,
+                "args": {"layer": task.layer, "phase": task.phase, "group": task.group,
+                         "kind": task.kind, "start_cycle": s, "end_cycle": e}}))
+        slices(pid, items, "tasks")
+
+    shares = layer_shares(run)
+    per_phase: dict[tuple[str, str], list[int]] = {}
     for task in run.schedule.tasks:
         s, e = int(run.start[task.id]), int(run.end[task.id])
-        ev.append({"name": task.label, "cat": task.kind, "ph": "X", "pid": 1 if task.side == "host" else 2,
-                   "tid": 0, "ts": s * us, "dur": max(e - s, 0) * us,
-                   "args": {"layer": task.layer, "phase": task.phase, "group": task.group,
-                            "kind": task.kind, "start_cycle": s, "end_cycle": e}})
-    for layer, (s, e, hb, pb) in layer_spans(run).items():
-        ev.append({"name": layer, "cat": "layer", "ph": "X", "pid": 3, "tid": 0, "ts": s * us,
-                   "dur": (e - s) * us, "args": {"host_busy_cycles": hb, "pim_busy_cycles": pb}})
+        key = (task.layer, PHASE_CLASS.get(task.phase, "bwd"))
+        span = per_phase.setdefault(key, [s, e, 0, 0])
+        span[0], span[1] = min(span[0], s), max(span[1], e)
+        span[2 if task.side == "host" else 3] += e - s
+    for tid0, phase, thread in ((0, "fwd", "forward"), (100, "bwd", "backward"),
+                                (200, "update", "update")):
+        items = [(s, e, {"name": layer, "cat": f"layer.{phase}",
+                         "args": {"phase": phase, "host_busy_cycles": hb, "pim_busy_cycles": pb,
+                                  "step_share_cycles": round(shares[layer][phase], 1)}})
+                 for (layer, ph), (s, e, hb, pb) in per_phase.items() if ph == phase]
+        slices(3, items, thread, tid0)
+
     if run.modes is not None and len(run.modes):
         open_at: dict[int, int] = {}
         for cyc, ch, enter in run.modes.tolist():
             if enter:
                 open_at[ch] = cyc
             elif ch in open_at:
-                s = open_at.pop(ch)
+                s, e = ns(open_at.pop(ch)), ns(cyc)
                 ev.append({"name": "PIM mode", "ph": "X", "pid": 4, "tid": int(ch),
-                           "ts": s * us, "dur": (cyc - s) * us})
+                           "ts": _trace_us(s), "dur": _trace_us(e - s)})
         for ch in range(int(run.modes["channel"].max()) + 1):
             ev.append({"name": "thread_name", "ph": "M", "pid": 4, "tid": ch,
                        "args": {"name": f"channel {ch}"}})
-    pathlib.Path(path).write_text(json.dumps({"traceEvents": ev, "displayTimeUnit": "ns"}))
+    pathlib.Path(path).write_text(json.dumps({"traceEvents": ev}))
+
+
+def layer_rows(run: StepTiming, serial: StepTiming | None) -> list[dict]:
+    """One row per layer, in the schedule's order (forward order): its first start and last
+    end, its tasks' busy cycles on each side, and the cycles of the step that belong to it
+    (`pimrt.runtime.attribution`: forward, backward and update; they add up to the step),
+    with the serial run's and the layer's speedup (serial cycles / cycles)."""
+    graph = run.schedule.graph
+    spans = layer_spans(run)
+    mine = layer_shares(run)
+    base = layer_shares(serial) if serial is not None else {}
+    rows = []
+    for layer, (s, e, hb, pb) in spans.items():
+        kind = graph[layer].kind if layer in graph else \
+            next(t.kind for t in run.schedule.tasks if t.layer == layer)
+        row = {"layer": layer, "kind": kind, "start_cycle": s, "end_cycle": e,
+               "host_busy_cycles": hb, "pim_busy_cycles": pb}
+        for ph in PHASES:
+            row[f"{ph}_cycles"] = round(mine[layer][ph], 1)
+        cycles = sum(mine[layer].values())
+        row["step_cycles"] = round(cycles, 1)
+        if layer in base:
+            for ph in PHASES:
+                row[f"serial_{ph}_cycles"] = round(base[layer][ph], 1)
+            serial_cycles = sum(base[layer].values())
+            row["serial_step_cycles"] = round(serial_cycles, 1)
+            row["speedup"] = serial_cycles / cycles if cycles > 0 else 0.0
+        rows.append(row)
+    return rows
 
 
 def write_layer_csv(run: StepTiming, serial: StepTiming | None, path) -> list[dict]:
-    spans = layer_spans(run)
-    base = layer_spans(serial) if serial is not None else {}
-    rows = []
-    for layer, (s, e, hb, pb) in spans.items():
-        row = {"layer": layer, "start_cycle": s, "end_cycle": e, "span_cycles": e - s,
-               "host_busy_cycles": hb, "pim_busy_cycles": pb}
-        if layer in base:
-            bs, be, _, _ = base[layer]
-            row["serial_span_cycles"] = be - bs
-            row["speedup"] = (be - bs) / (e - s) if e > s else 0.0
-        rows.append(row)
+    rows = layer_rows(run, serial)
+    fields = list(dict.fromkeys(k for r in rows for k in r)) or ["layer"]
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["layer"])
+        w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
     return rows
 
 
-def plot(run: StepTiming, rows: list[dict], out_dir) -> list[pathlib.Path]:
+def plot(run: StepTiming, rows: list[dict], out_dir, serial: StepTiming | None = None
+         ) -> list[pathlib.Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -127,11 +223,31 @@ def plot(run: StepTiming, rows: list[dict], out_dir) -> list[pathlib.Path]:
     plt.close(fig)
     sp = [r for r in rows if "speedup" in r]
     if sp:
-        fig, ax = plt.subplots(figsize=(max(6, len(sp) * 0.12), 3))
-        ax.bar(range(len(sp)), [r["speedup"] for r in sp], color="tab:green")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_ylabel("speedup vs serial")
-        ax.set_xlabel("layer (forward order)")
+        x = list(range(len(sp)))
+        host = [r["host_busy_cycles"] >= r["pim_busy_cycles"] for r in sp]
+        fig, (top, bottom) = plt.subplots(2, 1, sharex=True,
+                                          figsize=(min(24, max(8, len(sp) * 0.14)), 5.5))
+        top.bar([i - 0.2 for i in x], [r["serial_step_cycles"] * ms for r in sp], width=0.4,
+                color="0.7", label="serial")
+        top.bar([i + 0.2 for i in x], [r["step_cycles"] * ms for r in sp], width=0.4,
+                color="tab:green", label=run.policy)
+        top.set_ylabel("its share of\nthe step (ms)")
+        top.legend(loc="upper right", fontsize=8)
+        bottom.bar(x, [r["speedup"] for r in sp],
+                   color=["tab:blue" if h else "tab:orange" for h in host])
+        bottom.axhline(1.0, color="k", lw=0.8)
+        if serial is not None and run.makespan:
+            step = serial.makespan / run.makespan
+            bottom.axhline(step, color="tab:green", lw=1, ls="--",
+                           label=f"whole step {step:.3f}x")
+            bottom.legend(loc="upper right", fontsize=8)
+        bottom.set_ylabel("speedup vs serial\n(blue: host, orange: PIM)")
+        if len(sp) <= 80:
+            bottom.set_xticks(x, [r["layer"] for r in sp], rotation=90, fontsize=6)
+        else:
+            bottom.set_xlabel("layer (forward order)")
+        top.set_title(f"{run.policy}, {run.groups} groups: each layer's share of the step "
+                      "(a cycle split among the tasks running in it)")
         fig.tight_layout()
         paths.append(out_dir / "layer_speedup.png")
         fig.savefig(paths[-1], dpi=110)
@@ -145,6 +261,6 @@ def write_all(run: StepTiming, serial: StepTiming | None, meta: dict, out_dir) -
     s = summary(run, serial, meta)
     write_chrome_trace(run, out_dir / "trace.json")
     rows = write_layer_csv(run, serial, out_dir / "layers.csv")
-    s["plots"] = [str(p) for p in plot(run, rows, out_dir)]
+    s["plots"] = [str(p) for p in plot(run, rows, out_dir, serial)]
     (out_dir / "summary.json").write_text(json.dumps(s, indent=2))
     return s
