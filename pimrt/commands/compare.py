@@ -97,10 +97,14 @@ def _bound(graph, model: str, args, serial) -> dict:
 
 
 def _row(s: dict, first: bool) -> str:
-    head = f"{'model':<17}{'policy':<16}{'step ms':>10}{'serial ms':>11}{'speedup':>9}{'switches':>10}\n" \
-        if first else ""
+    """One line of the table: the step, its speedup and those of its forward pass, backward
+    pass and update (blank for the bound, which is not split)."""
+    head = (f"{'model':<17}{'policy':<16}{'step ms':>10}{'serial ms':>11}{'speedup':>9}"
+            f"{'switches':>10}{'fwd':>7}{'bwd':>7}{'upd':>7}\n") if first else ""
+    ph = s.get("phases")
+    split = "".join(f"{ph[k]['speedup']:>7.3f}" for k in ("fwd", "bwd", "update")) if ph else ""
     return head + (f"{s['model']:<17}{s['policy']:<16}{s['step_ms']:>10.3f}{s['serial_step_ms']:>11.3f}"
-                   f"{s['speedup_vs_serial']:>9.3f}{s['mode_switches']:>10}")
+                   f"{s['speedup_vs_serial']:>9.3f}{s['mode_switches']:>10}{split}")
 
 
 def _table(results: list[dict]) -> str:

@@ -98,6 +98,10 @@ def run(args) -> int:
           f"{s['step_ms']:.3f} ms vs serial {s['serial_step_ms']:.3f} ms -> speedup "
           f"{s['speedup_vs_serial']:.3f}x ({100 * (s['speedup_vs_serial'] - 1):+.1f}%), "
           f"{s['mode_switches']} mode switches, simulated in {s['simulation_wall_s']:.1f} s")
+    ph = s["phases"]
+    print("  of which " + ", ".join(
+        f"{name} {ph[k]['ms']:.3f} vs {ph[k]['serial_ms']:.3f} ms ({ph[k]['speedup']:.3f}x)"
+        for k, name in (("fwd", "forward"), ("bwd", "backward"), ("update", "update"))))
     mem = s["update_memory"]
     split = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in mem["at_peak"].items() if v)
     print(f"update {args.update}: peak DRAM for parameters, gradients and optimizer/exchange "

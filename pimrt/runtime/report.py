@@ -42,6 +42,20 @@ def lanes(intervals) -> list[int]:
     return out
 
 
+def phase_speedups(run: StepTiming, serial: StepTiming) -> dict[str, dict[str, float]]:
+    """The step's forward pass, backward pass and parameter update: the time each takes of
+    the step (every layer's share, `pimrt.runtime.attribution`), serial and co-executed, and
+    its speedup."""
+    ms = run.tck_ns * 1e-6
+    mine, base = layer_shares(run), layer_shares(serial)
+    out = {}
+    for ph in PHASES:
+        a = sum(v[ph] for v in mine.values())
+        b = sum(v[ph] for v in base.values())
+        out[ph] = {"ms": a * ms, "serial_ms": b * ms, "speedup": b / a if a else 0.0}
+    return out
+
+
 def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
     s = run.stats
     out = {
@@ -75,6 +89,7 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
         out["serial_makespan_cycles"] = serial.makespan
         out["serial_step_ms"] = serial.seconds * 1e3
         out["speedup_vs_serial"] = serial.makespan / run.makespan if run.makespan else 0.0
+        out["phases"] = phase_speedups(run, serial)
     return out
 
 

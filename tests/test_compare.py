@@ -1,0 +1,71 @@
+"""`pimrt compare`: the table, compare.json and each run's folder; an interrupted comparison
+keeps the runs it finished; bad input fails before any run."""
+import json
+
+import pytest
+
+from pimrt.cli import main
+
+
+def test_compare_writes_a_table_and_a_folder_per_run(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--models", "resnet_cifar_20", "--policies",
+                 "serial,bank_partition,authority", "--batch", "2", "--input", "32", "--out", str(out),
+                 "--quiet"]) == 0
+    text = capsys.readouterr().out
+    results = json.loads((out / "compare.json").read_text())
+    assert [r["policy"] for r in results] == ["serial", "bank_partition", "authority"]
+    serial, _, auth = results
+    assert serial["speedup_vs_serial"] == 1.0
+    assert auth["speedup_vs_serial"] == pytest.approx(serial["step_ms"] / auth["step_ms"])
+    # the step's forward, backward and update shares add up to the step
+    assert sum(p["ms"] for p in auth["phases"].values()) == \
+        pytest.approx(auth["step_ms"], rel=1e-6)
+    for policy in ("serial", "bank_partition", "authority"):
+        for f in ("summary.json", "layers.csv", "trace.json", "timeline.png",
+                  "layer_speedup.png"):
+            assert (out / "resnet_cifar_20" / policy / f).exists(), (policy, f)
+    header = next(line for line in text.splitlines() if line.startswith("model"))
+    assert header.split() == ["model", "policy", "step", "ms", "serial", "ms", "speedup",
+                              "switches", "fwd", "bwd", "upd"]
+    row = next(line for line in text.splitlines()
+               if line.startswith("resnet_cifar_20") and "authority" in line)
+    assert f"{auth['speedup_vs_serial']:.3f}" in row
+    assert f"{auth['phases']['fwd']['speedup']:.3f}" in row
+    assert any(line.startswith("mean") and "authority" in line for line in text.splitlines())
+
+
+def test_an_interrupted_compare_keeps_what_it_finished(tmp_path, capsys, monkeypatch):
+    from pimrt.runtime import session
+    real = session.timed
+    calls = []
+
+    def timed(graph, policy, *a, **kw):
+        calls.append(policy)
+        if len(calls) == 3:                       # the second model's serial run: Ctrl-C
+            raise KeyboardInterrupt
+        return real(graph, policy, *a, **kw)
+
+    monkeypatch.setattr(session, "timed", timed)
+    out = tmp_path / "cmp"
+    assert main(["compare", "--models", "resnet_cifar_20,resnet_cifar_32", "--policies",
+                 "authority", "--batch", "2", "--input", "32", "--out", str(out),
+                 "--quiet"]) == 130
+    captured = capsys.readouterr()
+    assert "interrupted: 1 finished runs kept in" in captured.err
+    results = json.loads((out / "compare.json").read_text())
+    assert [(r["model"], r["policy"]) for r in results] == [("resnet_cifar_20", "authority")]
+    assert (out / "resnet_cifar_20" / "authority" / "summary.json").exists()
+    assert "resnet_cifar_20  authority" in captured.out      # the table of what finished
+
+
+def test_compare_refuses_bad_input_before_any_run(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--models", "resnet_cifar_20", "--policies", "authority,fifo",
+                 "--out", str(out), "--quiet"]) == 2
+    assert "unknown policies ['fifo']" in capsys.readouterr().err
+    assert main(["compare", "--models", "resnet_cifar_20,resnet18", "--groups", "3",
+                 "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "3" in err
+    assert not out.exists()                       # nothing was started
