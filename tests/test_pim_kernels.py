@@ -223,5 +223,20 @@ def test_big_buffers_are_chunked(g):
 
 def test_image_too_big_for_bank_is_refused():
     tiny = GoldenBackend(rows=2, cols=32)
-    with pytest.raises(PimCapacityError, match="one image needs"):
+    with pytest.raises(PimCapacityError, match="one channel column of one image needs 320 "
+                                               "columns \\(16x16\\); the bank has 64"):
         K.avgpool2_forward(tiny, _x((1, 8, 16, 16), 19))
+
+
+def test_an_image_whose_channels_do_not_fit_is_pooled_in_channel_blocks(g):
+    # 128 columns; a 6x6 image takes 36 + 9 per lane column: 2 of its 5 (37 channels) at once
+    small = GoldenBackend(rows=4, cols=32)
+    x = _x((3, 37, 6, 6), 21)
+    xt = torch.tensor(x, requires_grad=True)
+    for fwd in (K.avgpool2_forward, K.maxpool2_forward):
+        got = fwd(small, x)
+        assert (got == fwd(g, x)).all()                           # same bits as one block
+    assert (K.maxpool2_forward(small, x) == F.max_pool2d(xt, 2).detach().numpy()).all()
+    dy = _x((3, 37, 3, 3), 22)
+    F.avg_pool2d(xt, 2).backward(torch.tensor(dy))
+    assert (K.avgpool2_backward(small, dy, x.shape) == xt.grad.numpy()).all()

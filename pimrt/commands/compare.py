@@ -10,7 +10,10 @@ import sys
 def register(subparsers) -> None:
     p = subparsers.add_parser("compare", help="time several CNNs under several policies")
     p.add_argument("--models", default="resnet18,resnet50,vgg16,densenet121,mobilenetv2",
-                   help="comma-separated zoo models (pimrt.zoo.list_models())")
+                   help="comma-separated zoo models (pimrt.zoo.list_models()) or your own "
+                        "as FILE.py:NAME / module:NAME (see pimrt run --help)")
+    p.add_argument("--allow-unsupported", action="store_true",
+                   help="run ops pimrt does not capture on the host, with a warning")
     p.add_argument("--policies", default="serial,bank_partition,authority",
                    help="comma-separated: serial, bank_partition, authority (serial is the "
                         "baseline of the speedups and always runs)")
@@ -46,7 +49,8 @@ def run(args) -> int:
     bad = [p for p in policies if p not in POLICIES]
     if bad:
         raise ConfigError(f"unknown policies {bad}; choose from {', '.join(POLICIES)}")
-    graphs = {m: session.captured(m, args.batch, args.input) for m in models}
+    graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported)
+              for m in models}
     for m, g in graphs.items():  # every check before the first long run
         session.preflight(g, args.part, args.groups, args.update, args.host_part)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -64,7 +68,7 @@ def run(args) -> int:
                     if "serial" not in policies:
                         continue
                 meta = {"model": m, "batch": args.batch, "input": args.input, "part": args.part}
-                s = report.write_all(r, serial, meta, args.out / m / policy)
+                s = report.write_all(r, serial, meta, args.out / session.folder_name(m) / policy)
                 results.append(s)
                 results_path.write_text(json.dumps(results, indent=2))
                 print(_row(s, first=len(results) == 1), flush=True)

@@ -12,7 +12,13 @@ def register(subparsers) -> None:
         description="Split a CNN's training step between host (CONV/linear) and PIM (batch "
                     "norm, ReLU, add, pooling, SGD), pipeline it by output-channel groups, time "
                     "it through memctl and compare with serial host+PIM execution.")
-    p.add_argument("--model", default="resnet18", help="zoo model (pimrt.zoo.list_models())")
+    p.add_argument("--model", default="resnet18",
+                   help="zoo model (pimrt.zoo.list_models()), or your own nn.Module as "
+                        "FILE.py:NAME or module:NAME (a class or function that builds it with "
+                        "no arguments)")
+    p.add_argument("--allow-unsupported", action="store_true",
+                   help="run ops pimrt does not capture on the host, with a warning naming "
+                        "each, instead of refusing the model")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--input", type=int, default=32, help="input height and width (32 or 224)")
     p.add_argument("--policy", default="authority", help="serial, bank_partition, authority")
@@ -55,7 +61,7 @@ def run(args) -> int:
     if args.policy not in POLICIES:
         raise ConfigError(f"unknown policy {args.policy!r}; choose one of {', '.join(POLICIES)}")
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
-    graph = session.captured(args.model, args.batch, args.input)
+    graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
     session.preflight(graph, args.part, args.groups, exchange.mode, args.host_part)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)

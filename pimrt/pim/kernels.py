@@ -588,15 +588,33 @@ def _to_nhwc(x: np.ndarray, L: int) -> tuple[np.ndarray, int]:
 
 
 def _pool(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W: int, C: int):
-    """src: NHWC-padded input of the kernel (x for forward, dy for backward)."""
+    """src: NHWC-padded input of the kernel (x for forward, dy for backward). Pooling works
+    channel by channel, so an image whose channels do not fit the bank at once is pooled in
+    blocks of channels (whole lane columns), each block's images as one channels-last
+    image: the same bits."""
+    L = backend.lanes
+    cb = -(-C // L)
+    pixels = H * W + (H // 2) * (W // 2)
+    fit = backend.depth // pixels            # lane columns of one image that fit the bank
+    if fit < 1:
+        raise PimCapacityError(f"{name}: one channel column of one image needs {pixels} "
+                               f"columns ({H}x{W}); the bank has {backend.depth}")
+    if cb <= fit:
+        return _pool_block(backend, name, src, N, H, W, C)
+    outs = []
+    for b0 in range(0, cb, fit):
+        b1 = min(cb, b0 + fit)
+        block = np.ascontiguousarray(src[..., b0 * L:b1 * L])
+        outs.append(_pool_block(backend, name, block, N, H, W, min(C, b1 * L) - b0 * L))
+    return np.concatenate(outs, axis=-1)
+
+
+def _pool_block(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W: int, C: int):
     L = backend.lanes
     cb = -(-C // L)
     Ho, Wo = H // 2, W // 2
     big, small = H * W * cb, Ho * Wo * cb
     per_image = big + small
-    if per_image > backend.depth:
-        raise PimCapacityError(f"{name}: one image needs {per_image} columns ({H}x{W}, {C} "
-                               f"channels); the bank has {backend.depth}")
     if W * cb > 0x7FFF:
         raise PimCapacityError(f"{name}: row stride {W * cb} columns does not fit ADDP's step")
     backend.load_program(pool_program(name, W, cb))

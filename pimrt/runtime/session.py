@@ -3,23 +3,47 @@ can fail before the long work, time it under policies."""
 from __future__ import annotations
 
 import sys
+import warnings
 
 from pimrt.errors import ConfigError
 from pimrt.graph import capture
+from pimrt.graph.errors import UnsupportedOpError, UnsupportedOpWarning
 from pimrt.memctl import load_part
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import build_schedule
 from pimrt.runtime.timing import time_step
 
 
-def captured(model: str, batch: int, input_size: int):
+def captured(model: str, batch: int, input_size: int, allow_unsupported: bool = False):
+    """The layer graph of zoo model `model` (or a user's FILE.py:NAME / module:NAME) at this
+    batch and input size; ops pimrt does not capture are refused, or with
+    `allow_unsupported` run on the host with a warning."""
     from pimrt import zoo
     if batch < 1:
         raise ConfigError(f"--batch must be >= 1, got {batch}")
     if input_size < 8:
         raise ConfigError(f"--input must be >= 8, got {input_size}")
     net = zoo.build(model, input_size=input_size, device="meta")
-    return capture(net, (batch, 3, input_size, input_size), name=model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnsupportedOpWarning)
+        try:
+            graph = capture(net, (batch, 3, input_size, input_size), name=model,
+                            allow_unsupported=allow_unsupported)
+        except UnsupportedOpError as exc:
+            raise UnsupportedOpError(
+                str(exc).replace("Pass allow_unsupported=True", "Pass --allow-unsupported"),
+                exc.node, exc.target, exc.module_path, exc.others) from None
+    for w in caught:                       # one line each on stderr, without a source line
+        if issubclass(w.category, UnsupportedOpWarning):
+            print(f"warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return graph
+
+
+def folder_name(model: str) -> str:
+    """A model's output folder in `pimrt compare`: a user's FILE.py:NAME gives NAME."""
+    return model.rpartition(":")[2] or model
 
 
 def preflight(graph, part: str, groups: int, exchange: str = "sgd",

@@ -28,6 +28,7 @@ from pimrt.errors import ConfigError
 from pimrt.zoo.densenet import DenseNet, densenet121
 from pimrt.zoo.mobilenet import MobileNetV2, mobilenetv2
 from pimrt.zoo.resnet import BasicBlock, Bottleneck, ResNet, resnet, resnet_cifar
+from pimrt.zoo.user import build_user_model, is_spec
 from pimrt.zoo.vgg import VGG, vgg16_bn
 from pimrt.zoo.wide_resnet import WideResNet, wide_resnet50_2, wrn
 
@@ -102,7 +103,8 @@ def count_params(model: nn.Module) -> int:
 
 def build(name: str, num_classes: int | None = None, input_size: int | None = None,
           variant: str | None = None, device: str | torch.device | None = None) -> nn.Module:
-    """Build zoo model ``name`` for ``input_size`` x ``input_size`` RGB inputs.
+    """Build zoo model ``name`` for ``input_size`` x ``input_size`` RGB inputs, or a user's
+    model named ``FILE.py:NAME`` / ``module:NAME`` (:mod:`pimrt.zoo.user`).
 
     ``input_size=None`` means 224, except for the CIFAR-only models (``resnet_cifar_<depth>``,
     ``resnet<depth>`` for CIFAR depths, ``wrn28_10``), where it means 32.
@@ -115,6 +117,10 @@ def build(name: str, num_classes: int | None = None, input_size: int | None = No
     """
     if not isinstance(name, str):
         raise ZooError(f"model name must be a string, got {name!r}")
+    if is_spec(name):                       # a user's model: FILE.py:NAME or module:NAME
+        if input_size is None or input_size < 8:
+            raise ZooError(f"{name}: give an input_size >= 8, got {input_size!r}")
+        return build_user_model(name, input_size, device)
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     cifar_only = key == "wrn28_10" or (key not in _builders() and _CIFAR_RE.match(key))

@@ -1,0 +1,130 @@
+"""A user's own model on the command line: `--model FILE.py:NAME` / `module:NAME`, run
+functional and timed; unsupported ops refused (or run on the host with --allow-unsupported);
+a model that cannot be loaded or built is a clear error before any work."""
+import csv
+import json
+
+import pytest
+
+from pimrt import zoo
+from pimrt.cli import main
+from pimrt.zoo.user import UserModelError
+
+NETS = '''
+import torch
+from torch import nn
+
+
+class SmallNet(nn.Module):
+    def __init__(self, classes=7):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.MaxPool2d(2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class GeluNet(SmallNet):
+    def __init__(self):
+        super().__init__()
+        self.body[2] = nn.GELU()
+
+
+def needs_args(width):
+    return SmallNet(width)
+
+
+def not_a_model():
+    return [1, 2]
+
+
+class Segmenter(SmallNet):
+    def forward(self, x):
+        return self.body[:6](x)
+
+BROKEN = 1 / 0 if __name__ == "never" else None
+'''
+
+
+@pytest.fixture()
+def nets(tmp_path):
+    (tmp_path / "nets.py").write_text(NETS)
+    return tmp_path / "nets.py"
+
+
+def test_a_users_model_runs_functional_and_timed(nets, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "--model", f"{nets}:SmallNet", "--batch", "4", "--input", "16",
+                 "--groups", "2", "--out", str(out), "--quiet"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["model"] == f"{nets}:SmallNet"
+    f = s["functional"]
+    assert f["loss_abs_diff"] < 1e-5 and f["groups_equal"]
+    assert s["speedup_vs_serial"] > 0 and s["serial_makespan_cycles"] > 0
+    with open(out / "layers.csv") as fh:
+        kinds = [r["kind"] for r in csv.DictReader(fh)]
+    assert kinds[:3] == ["conv", "batchnorm", "relu"] and "linear" in kinds
+    m = zoo.build(f"{nets}:SmallNet", input_size=16, device="meta")
+    assert m.num_classes == 7 and m.pimrt_name == "SmallNet"
+
+
+def test_module_name_from_the_current_folder(nets, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    m = zoo.build("nets:SmallNet", input_size=16, device="meta")
+    assert m.num_classes == 7
+
+
+def test_unsupported_ops_are_refused_or_run_on_the_host(nets, tmp_path, capsys):
+    assert main(["run", "--model", f"{nets}:GeluNet", "--input", "16", "--functional", "none",
+                 "--out", str(tmp_path / "refused"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "unsupported op at fx node 'body_2': module type GELU" in err
+    assert "Pass --allow-unsupported" in err
+    assert not (tmp_path / "refused").exists()
+    out = tmp_path / "allowed"
+    assert main(["run", "--model", f"{nets}:GeluNet", "--allow-unsupported", "--batch", "4",
+                 "--input", "16", "--out", str(out), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: pimrt.graph.capture: node 'body_2'" in err and "host_fallback" in err
+    with open(out / "layers.csv") as fh:
+        rows = {r["layer"]: r for r in csv.DictReader(fh)}
+    assert rows["body_2"]["kind"] == "host_fallback"
+    assert float(rows["body_2"]["host_busy_cycles"]) > 0
+    assert float(rows["body_2"]["pim_busy_cycles"]) == 0
+
+
+@pytest.mark.parametrize("name, message", [
+    ("{nets}:Nope", "has no 'Nope' (it has: GeluNet, Segmenter, SmallNet, needs_args, "
+                    "not_a_model)"),
+    ("{dir}/missing.py:Net", "no file"),
+    ("no_such_module_xyz:Net", "cannot import module 'no_such_module_xyz'"),
+    ("{nets}:needs_args", "building it failed: TypeError"),
+    ("{nets}:not_a_model", "returned a list, not a torch.nn.Module"),
+    ("{nets}:Segmenter", "returns (2, 32, 16, 16) for a batch of 2"),
+    ("{nets}:BROKEN", "BROKEN is a NoneType, not a class or function"),
+    ("{nets}:", "expected FILE.py:NAME or module:NAME"),
+])
+def test_a_model_that_cannot_be_built_is_a_clear_error(nets, tmp_path, capsys, name, message):
+    spec = name.format(nets=nets, dir=tmp_path)
+    with pytest.raises(UserModelError, match=None) as exc:
+        zoo.build(spec, input_size=16, device="meta")
+    assert message in str(exc.value) and repr(spec) in str(exc.value)
+    assert main(["run", "--model", spec, "--input", "16", "--out", str(tmp_path / "o"),
+                 "--quiet"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_compare_names_a_users_model_folder_after_it(nets, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--models", f"{nets}:SmallNet,resnet_cifar_20", "--policies",
+                 "authority", "--batch", "2", "--input", "32", "--out", str(out),
+                 "--quiet"]) == 0
+    assert (out / "SmallNet" / "authority" / "layers.csv").exists()
+    assert (out / "resnet_cifar_20" / "authority" / "layers.csv").exists()
+    results = json.loads((out / "compare.json").read_text())
+    assert results[0]["model"] == f"{nets}:SmallNet"
