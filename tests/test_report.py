@@ -153,3 +153,5 @@ def test_trace_slices_nest_on_every_thread(resnet_run, tmp_path):
     assert share == pytest.approx(run.makespan, abs=0.1 * len(ev))
     modes = [e for e in ev if e["ph"] == "X" and e["pid"] == 4]
     assert modes and all(math.isfinite(e["dur"]) for e in modes)
+    # one slice per entry into PIM mode, the last one closed at the step's end if still open
+    assert len(modes) == int(run.modes["enter"].sum())

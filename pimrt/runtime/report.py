@@ -170,6 +170,10 @@ def write_chrome_trace(run: StepTiming, path, tck_ns: float | None = None) -> No
                 s, e = ns(open_at.pop(ch)), ns(cyc)
                 ev.append({"name": "PIM mode", "ph": "X", "pid": 4, "tid": int(ch),
                            "ts": _trace_us(s), "dur": _trace_us(e - s)})
+        for ch, cyc in open_at.items():        # still in PIM mode when the step ended
+            s, e = ns(cyc), ns(max(cyc, run.makespan))
+            ev.append({"name": "PIM mode", "ph": "X", "pid": 4, "tid": int(ch),
+                       "ts": _trace_us(s), "dur": _trace_us(e - s)})
         for ch in range(int(run.modes["channel"].max()) + 1):
             ev.append({"name": "thread_name", "ph": "M", "pid": 4, "tid": ch,
                        "args": {"name": f"channel {ch}"}})
