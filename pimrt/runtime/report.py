@@ -11,12 +11,14 @@ from pimrt.runtime.attribution import PHASE_CLASS, PHASES, layer_shares
 from pimrt.runtime.timing import StepTiming
 
 
-def layer_spans(t: StepTiming) -> dict[str, tuple[int, int, int, int]]:
-    """layer -> (first start, last end, host busy cycles, PIM busy cycles) in this run."""
-    out: dict[str, list[int]] = {}
+def layer_spans(t: StepTiming, by_phase: bool = False) -> dict:
+    """layer (by_phase: (layer, "fwd" | "bwd" | "update")) -> (first start, last end, host
+    busy cycles, PIM busy cycles) of its tasks in this run."""
+    out: dict = {}
     for task in t.schedule.tasks:
         s, e = int(t.start[task.id]), int(t.end[task.id])
-        span = out.setdefault(task.layer, [s, e, 0, 0])
+        key = (task.layer, PHASE_CLASS.get(task.phase, "bwd")) if by_phase else task.layer
+        span = out.setdefault(key, [s, e, 0, 0])
         span[0], span[1] = min(span[0], s), max(span[1], e)
         span[2 if task.side == "host" else 3] += e - s
     return {k: tuple(v) for k, v in out.items()}
@@ -146,13 +148,7 @@ def write_chrome_trace(run: StepTiming, path, tck_ns: float | None = None) -> No
         slices(pid, items, "tasks")
 
     shares = layer_shares(run)
-    per_phase: dict[tuple[str, str], list[int]] = {}
-    for task in run.schedule.tasks:
-        s, e = int(run.start[task.id]), int(run.end[task.id])
-        key = (task.layer, PHASE_CLASS.get(task.phase, "bwd"))
-        span = per_phase.setdefault(key, [s, e, 0, 0])
-        span[0], span[1] = min(span[0], s), max(span[1], e)
-        span[2 if task.side == "host" else 3] += e - s
+    per_phase = layer_spans(run, by_phase=True)
     for tid0, phase, thread in ((0, "fwd", "forward"), (100, "bwd", "backward"),
                                 (200, "update", "update")):
         items = [(s, e, {"name": layer, "cat": f"layer.{phase}",
