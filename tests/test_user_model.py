@@ -124,7 +124,14 @@ def test_compare_names_a_users_model_folder_after_it(nets, tmp_path, capsys):
     assert main(["compare", "--models", f"{nets}:SmallNet,resnet_cifar_20", "--policies",
                  "authority", "--batch", "2", "--input", "32", "--out", str(out),
                  "--quiet"]) == 0
-    assert (out / "SmallNet" / "authority" / "layers.csv").exists()
+    assert (out / "nets.SmallNet" / "authority" / "layers.csv").exists()
     assert (out / "resnet_cifar_20" / "authority" / "layers.csv").exists()
     results = json.loads((out / "compare.json").read_text())
     assert results[0]["model"] == f"{nets}:SmallNet"
+
+
+def test_compare_folders_are_distinct():
+    from pimrt.runtime.session import folder_names
+    assert folder_names(["resnet18", "a/nets.py:Net", "b/nets.py:Net", "pkg.mod:Net"]) == {
+        "resnet18": "resnet18", "a/nets.py:Net": "nets.Net", "b/nets.py:Net": "nets.Net-2",
+        "pkg.mod:Net": "pkg.mod.Net"}

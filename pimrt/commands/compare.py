@@ -53,6 +53,7 @@ def run(args) -> int:
               for m in models}
     for m, g in graphs.items():  # every check before the first long run
         session.preflight(g, args.part, args.groups, args.update, args.host_part)
+    folders = session.folder_names(list(graphs))
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "compare.json"
     results: list[dict] = []
@@ -68,7 +69,7 @@ def run(args) -> int:
                     if "serial" not in policies:
                         continue
                 meta = {"model": m, "batch": args.batch, "input": args.input, "part": args.part}
-                s = report.write_all(r, serial, meta, args.out / session.folder_name(m) / policy)
+                s = report.write_all(r, serial, meta, args.out / folders[m] / policy)
                 results.append(s)
                 results_path.write_text(json.dumps(results, indent=2))
                 print(_row(s, first=len(results) == 1), flush=True)

@@ -2,6 +2,7 @@
 can fail before the long work, time it under policies."""
 from __future__ import annotations
 
+import pathlib
 import sys
 import warnings
 
@@ -41,9 +42,22 @@ def captured(model: str, batch: int, input_size: int, allow_unsupported: bool = 
     return graph
 
 
-def folder_name(model: str) -> str:
-    """A model's output folder in `pimrt compare`: a user's FILE.py:NAME gives NAME."""
-    return model.rpartition(":")[2] or model
+def folder_names(models: list[str]) -> dict[str, str]:
+    """Each model's output folder in `pimrt compare`: a zoo name as it is, a user's
+    path/to/nets.py:NAME as nets.NAME and module:NAME as module.NAME; a name that comes twice
+    gets -2, -3, ..."""
+    out, used = {}, set()
+    for m in models:
+        where, _, attr = m.rpartition(":")
+        base = f"{pathlib.Path(where).stem if where.endswith('.py') else where}.{attr}" \
+            if where else m
+        name, k = base, 1
+        while name in used:
+            k += 1
+            name = f"{base}-{k}"
+        used.add(name)
+        out[m] = name
+    return out
 
 
 def preflight(graph, part: str, groups: int, exchange: str = "sgd",
