@@ -69,6 +69,8 @@ def test_a_users_model_runs_functional_and_timed(nets, tmp_path, capsys):
     assert kinds[:3] == ["conv", "batchnorm", "relu"] and "linear" in kinds
     m = zoo.build(f"{nets}:SmallNet", input_size=16, device="meta")
     assert m.num_classes == 7 and m.pimrt_name == "SmallNet"
+    with pytest.raises(zoo.ZooError, match="num_classes and variant are for zoo models"):
+        zoo.build(f"{nets}:SmallNet", num_classes=10, input_size=16)
 
 
 def test_module_name_from_the_current_folder(nets, tmp_path, monkeypatch):

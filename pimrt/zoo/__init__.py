@@ -120,6 +120,9 @@ def build(name: str, num_classes: int | None = None, input_size: int | None = No
     if is_spec(name):                       # a user's model: FILE.py:NAME or module:NAME
         if input_size is None or input_size < 8:
             raise ZooError(f"{name}: give an input_size >= 8, got {input_size!r}")
+        if num_classes is not None or variant is not None:
+            raise ZooError(f"{name}: a user's model sets its own classes and form; "
+                           f"num_classes and variant are for zoo models")
         return build_user_model(name, input_size, device)
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
