@@ -7,6 +7,7 @@ class scores (batch, classes).
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import pathlib
@@ -81,11 +82,9 @@ def build_user_model(spec: str, input_size: int, device=None) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise UserModelError(f"model {spec!r}: returned a {type(model).__name__}, not a "
                              f"torch.nn.Module")
-    probe = model if device is not None and torch.device(device).type == "meta" else None
+    on_meta = device is not None and torch.device(device).type == "meta"
     try:
-        if probe is None:
-            import copy
-            probe = copy.deepcopy(model).to("meta")
+        probe = model if on_meta else copy.deepcopy(model).to("meta")   # a shape probe
         with torch.no_grad():
             out = probe.train(False)(torch.empty(2, 3, input_size, input_size, device="meta"))
         model.train(True)
