@@ -10,7 +10,10 @@
 # 2. Layrub on CUDA: peak memory from torch.cuda.max_memory_allocated and step time, baseline
 #    against Layrub, on the five models of issue 5;
 # 3. GradSA on NCCL: one rank per GPU, so on one GPU one rank (NCCL refuses two ranks on one
-#    device): the hook's CUDA path (compress on the device, padded all-gather, decode) end to end.
+#    device): the hook's CUDA path (compress on the device, padded all-gather, decode) end to end;
+# 4. the host kernels of ResNet-18 (32x32) and ResNet-50 (224x224) at batch 32 timed on the GPU
+#    (pimrt host-times), written to $OUT, to replay on the CPU machine with
+#    `pimrt run --model resnet18 --batch 32 --input 32 --host-times $OUT/host_times_resnet18_b32_i32.json`.
 set -uo pipefail
 OUT=${OUT:-results/gpu}
 mkdir -p "$OUT"
@@ -37,6 +40,13 @@ step "GradSA on NCCL, one rank (issue 6)"
 timeout 180 torchrun --standalone --nproc-per-node 1 -m pimrt.train --model tinycnn \
     --compressor gradsa --epochs 1 --device cuda --out "$OUT/gradsa_nccl" 2>&1 \
     | tail -25 | tee "$OUT/gradsa.txt" || status=1
+
+step "Host kernel times on the GPU (issue 4), for pimrt run --host-times FILE on the CPU machine"
+for spec in resnet18:32 resnet50:224; do
+    m=${spec%:*}; i=${spec#*:}
+    timeout 240 python3 -m pimrt host-times --model "$m" --batch 32 --input "$i" --quiet \
+        --out "$OUT/host_times_${m}_b32_i${i}.json" 2>&1 | tee -a "$OUT/host_times.txt" || status=1
+done
 
 echo; echo "gpu checks: $([ $status = 0 ] && echo ok || echo FAILED) (logs in $OUT)"
 exit $status

@@ -35,6 +35,11 @@ def register(subparsers) -> None:
                         "could get from this schedule")
     p.add_argument("--no-plan", action="store_true",
                    help="keep every weight gradient right after its dX (see pimrt run --help)")
+    p.add_argument("--host-times", default="model", metavar="model|measure|DIR",
+                   help="the host's CONV/linear compute: the host part's model (default); "
+                        "'measure': timed on this machine's CUDA GPU (written to "
+                        "OUT/MODEL/host_times.json); or the --out folder of a measuring "
+                        "compare (or, for one model, a host_times.json) to replay them")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -54,27 +59,43 @@ def run(args) -> int:
     for m, g in graphs.items():  # every check before the first long run
         session.preflight(g, args.part, args.groups, args.update, args.host_part)
     folders = session.folder_names(list(graphs))
+    pipelined = any(p != "serial" for p in policies) or args.bound
+    spec = {m: _times_spec(args.host_times, folders[m], len(graphs)) for m in graphs}
+    if args.host_times == "measure":
+        from pimrt.runtime.host_times import require_cuda
+        require_cuda()
+    times = {m: session.host_times(g, spec[m], args.groups, args.part, args.host_part,
+                                   args.update, pipelined)
+             if spec[m] != "measure" else (None, None) for m, g in graphs.items()}
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "compare.json"
     results: list[dict] = []
     try:
         for m, g in graphs.items():
             serial = None
+            if spec[m] == "measure":
+                (args.out / folders[m]).mkdir(parents=True, exist_ok=True)
+                times[m] = session.host_times(
+                    g, "measure", args.groups, args.part, args.host_part, args.update,
+                    pipelined, save_to=args.out / folders[m] / "host_times.json",
+                    quiet=args.quiet, meta={"input": args.input})
             for policy in ["serial"] + [p for p in policies if p != "serial"]:
                 r = session.timed(g, policy, args.groups if policy != "serial" else 1, args.part,
                                   args.host_part, args.quiet, f"{m} {policy}",
-                                  exchange=args.update, plan=not args.no_plan)
+                                  exchange=args.update, plan=not args.no_plan,
+                                  host_times=times[m][0])
                 if policy == "serial":
                     serial = r
                     if "serial" not in policies:
                         continue
-                meta = {"model": m, "batch": args.batch, "input": args.input, "part": args.part}
+                meta = {"model": m, "batch": args.batch, "input": args.input, "part": args.part,
+                        "host_times": times[m][1]}
                 s = report.write_all(r, serial, meta, args.out / folders[m] / policy)
                 results.append(s)
                 results_path.write_text(json.dumps(results, indent=2))
                 print(_row(s, first=len(results) == 1), flush=True)
             if args.bound:
-                results.append(_bound(g, m, args, serial))
+                results.append(_bound(g, m, args, serial, times[m][0]))
                 results_path.write_text(json.dumps(results, indent=2))
                 print(_row(results[-1], first=len(results) == 1), flush=True)
     except KeyboardInterrupt:
@@ -86,13 +107,30 @@ def run(args) -> int:
     return 0
 
 
-def _bound(graph, model: str, args, serial) -> dict:
+def _times_spec(spec: str, folder: str, models: int) -> str:
+    """--host-times for one model of a comparison: model, measure, DIR/FOLDER/host_times.json
+    for the folder of a measuring compare, or a file (only with one model)."""
+    from pimrt.errors import ConfigError
+    if spec in ("model", "measure"):
+        return spec
+    p = pathlib.Path(spec)
+    if p.is_dir():
+        return str(p / folder / "host_times.json")
+    if models > 1:
+        raise ConfigError(f"--host-times {spec}: a file holds one model's times; for "
+                          f"{models} models give the --out folder of a measuring compare "
+                          f"(DIR/MODEL/host_times.json)")
+    return spec
+
+
+def _bound(graph, model: str, args, serial, host_times=None) -> dict:
     from tqdm import tqdm
     from pimrt.runtime.timing import contention_free_bound
     with tqdm(unit="rec", unit_scale=True, desc=f"{model} bound", disable=args.quiet or None,
               file=sys.stderr, leave=False) as bar:
         b = contention_free_bound(graph, args.groups, args.part, args.host_part,
-                                  progress=bar.update, plan=not args.no_plan)
+                                  progress=bar.update, plan=not args.no_plan,
+                                  host_times=host_times)
     serial_ms = serial.seconds * 1e3
     return {"model": model, "policy": "no_contention", "batch": args.batch, "input": args.input,
             "step_ms": b["step_ms"], "serial_step_ms": serial_ms,

@@ -46,6 +46,11 @@ def register(subparsers) -> None:
                    help="keep every weight gradient right after its dX (by default a "
                         "pipelined SGD or GradSA step moves some to where the host would wait "
                         "for the PIM: docs/runtime.md)")
+    p.add_argument("--host-times", default="model", metavar="model|measure|FILE",
+                   help="the host's CONV/linear compute: the host part's model (default); "
+                        "'measure': the real kernels timed on this machine's CUDA GPU (written "
+                        "to OUT/host_times.json); or such a file (or the --out folder that has "
+                        "it) to replay times measured elsewhere. docs/runtime.md")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results"))
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -63,10 +68,27 @@ def run(args) -> int:
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
     session.preflight(graph, args.part, args.groups, exchange.mode, args.host_part)
+    pipelined = args.policy != "serial"
+    if args.host_times == "measure":
+        from pimrt.runtime.host_times import require_cuda
+        require_cuda()
+    else:                                    # the model, or a file checked before long work
+        times, host_info = session.host_times(graph, args.host_times, args.groups, args.part,
+                                              args.host_part, exchange.mode, pipelined)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    if args.host_times == "measure":
+        times, host_info = session.host_times(
+            graph, "measure", args.groups, args.part, args.host_part, exchange.mode, pipelined,
+            save_to=out / "host_times.json", quiet=args.quiet, meta={"input": args.input})
     meta = {"model": args.model, "batch": args.batch, "input": args.input, "part": args.part,
-            "host_part": args.host_part}
+            "host_part": args.host_part, "host_times": host_info}
+    if times is not None:
+        h = host_info
+        print(f"host compute: {h['kernels']} CONV/linear kernels "
+              + (f"measured on {h['device']}, written to {h['path']}" if h["source"] == "measured"
+                 else f"from {h['path']}" + (f" (measured on {h['device']})"
+                                              if "device" in h else "")))
     if args.functional != "none":
         from pimrt.runtime.functional import check_step
         f = check_step(args.model, args.batch, args.input, args.functional, args.groups,
@@ -95,10 +117,10 @@ def run(args) -> int:
                   file=sys.stderr)
     meta["layrub"] = args.layrub
     serial = session.timed(graph, "serial", 1, args.part, args.host_part, args.quiet, "serial",
-                           args.layrub, exchange)
+                           args.layrub, exchange, host_times=times)
     run = serial if args.policy == "serial" else session.timed(
         graph, args.policy, args.groups, args.part, args.host_part, args.quiet, args.policy,
-        args.layrub, exchange, plan=not args.no_plan)
+        args.layrub, exchange, plan=not args.no_plan, host_times=times)
     s = report.write_all(run, serial, meta, out)
     print(f"{args.model} batch {args.batch} {args.input}x{args.input}: {args.policy} "
           f"{s['step_ms']:.3f} ms vs serial {s['serial_step_ms']:.3f} ms -> speedup "

@@ -76,12 +76,56 @@ def preflight(graph, part: str, groups: int, exchange: str = "sgd",
 
 
 def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,
-          desc: str = "", layrub: bool = False, exchange=None, plan: bool = True):
+          desc: str = "", layrub: bool = False, exchange=None, plan: bool = True,
+          host_times=None):
     from tqdm import tqdm
     bar = tqdm(unit="rec", unit_scale=True, desc=desc or policy, disable=quiet or None,
                file=sys.stderr, leave=False)
     try:
         return time_step(graph, policy, groups, part=part, host_part=host_part,
-                         progress=bar.update, layrub=layrub, exchange=exchange, plan=plan)
+                         progress=bar.update, layrub=layrub, exchange=exchange, plan=plan,
+                         host_times=host_times)
     finally:
         bar.close()
+
+
+def host_times(graph, spec: str, groups: int, part: str, host_part: str,
+               exchange: str = "sgd", pipelined: bool = True, save_to=None,
+               quiet: bool = False, meta: dict | None = None):
+    """`--host-times`: the host kernel times a run uses, and what to report about them.
+    "model": None (the host part's model). "measure": every kernel the run needs timed on
+    the CUDA GPU, written to `save_to`. Anything else: a JSON file of times (as "measure"
+    writes it), checked against the model and the run. Errors come before any simulation."""
+    from pimrt.runtime import host_times as ht
+    from pimrt.runtime.timing import group_rule, step_part
+    if spec == "model":
+        return None, {"source": "model", "host_part": str(host_part)}
+    if spec == "measure":
+        ht.require_cuda()
+    count = group_rule(step_part(part, host_part), host_part, groups) if pipelined else None
+    wanted = ht.step_kernels(graph, groups, count, exchange, pipelined)
+    if spec != "measure":
+        if pathlib.Path(spec).is_dir():           # the --out folder of a measuring run
+            spec = str(pathlib.Path(spec) / "host_times.json")
+        times, fields = ht.load(spec, graph)
+        ht.check_covers(times, wanted, spec)
+        return times, {"source": "file", "path": str(spec), "kernels": len(wanted),
+                       **{k: fields[k] for k in ("device", "torch") if k in fields}}
+    import torch
+    try:
+        from tqdm import tqdm
+    except ImportError:       # a bare GPU machine measuring for replay elsewhere: no bar
+        times = ht.measure(graph, wanted)
+    else:
+        with tqdm(total=len(wanted), unit="kernel", desc="measuring host kernels",
+                  disable=quiet or None, file=sys.stderr, leave=False) as bar:
+            times = ht.measure(graph, wanted, progress=bar.update)
+    info = {"source": "measured", "device": ht.device_name(), "torch": torch.__version__,
+            "kernels": len(wanted)}
+    if save_to is not None:
+        ht.save(save_to, times, {"model": graph.model_name, "batch": graph.batch,
+                                 "input_shape": list(graph.input_shape), **(meta or {}),
+                                 "device": info["device"], "torch": info["torch"]})
+        info["path"] = str(save_to)
+    return times, info
+

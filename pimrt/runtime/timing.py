@@ -11,7 +11,7 @@ import types
 import numpy as np
 
 from pimrt.graph import LayerGraph
-from pimrt.memctl import Controller, Options, load_part
+from pimrt.memctl import load_part
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import Schedule, build_schedule
 from pimrt.runtime.work import context, task_records
@@ -203,13 +203,15 @@ def with_host_buffering(part, host_part):
 
 
 def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
-                    issue_width: int = 4, progress=None, exchange=None) -> dict:
+                    issue_width: int = 4, progress=None, exchange=None,
+                    host_times=None) -> dict:
     """Every task's duration when it has the memory to itself: the schedule run through
     memctl with a barrier whenever the side changes (host and PIM never at once); task_key
     -> cycles. exchange: the ExchangeConfig of a GradSA schedule (default: the SGD update)."""
     from pimrt.runtime.plan import task_key
     alone = time_schedule(dataclasses.replace(schedule, pipelined=False), graph, part,
-                          host_part, "serial", issue_width, progress, exchange=exchange)
+                          host_part, "serial", issue_width, progress, exchange=exchange,
+                          host_times=host_times)
     return {task_key(t): int(alone.end[t.id]) - int(alone.start[t.id]) for t in schedule.tasks}
 
 
@@ -217,7 +219,7 @@ _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
 
 
 def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_width: int = 4,
-                     progress=None, plan: bool = True, exchange=None):
+                     progress=None, plan: bool = True, exchange=None, host_times=None):
     """The pipelined schedule with its weight gradients placed by pimrt.runtime.plan (on the
     tasks' durations alone), those durations, and the plan ({CONV: later CONV}). exchange:
     an ExchangeConfig for GradSA's schedule (default: the SGD update). Kept for the graph's
@@ -225,11 +227,13 @@ def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_widt
     from pimrt.runtime.exchange import ExchangeConfig
     exchange = exchange or ExchangeConfig()
     key = (groups, _part_key(part), str(host_part), issue_width, plan,
-           repr(exchange.as_dict()))
+           repr(exchange.as_dict()),
+           hash(frozenset(host_times.items())) if host_times else None)
     for g, k, result in _PLANNED:
         if g is graph and k == key:
             return result
-    result = _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange)
+    result = _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange,
+                   host_times)
     _PLANNED.append((graph, key, result))
     del _PLANNED[:-4]
     return result
@@ -241,7 +245,7 @@ def _part_key(part) -> tuple:
                                                     part.pim or {})))
 
 
-def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange):
+def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange, host_times):
     from pimrt.runtime.plan import plan_deferrals
     count = group_rule(part, host_part, groups)
 
@@ -250,7 +254,7 @@ def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange)
                               exchange=exchange.mode)
     schedule = build({})
     duration = alone_durations(schedule, graph, part, host_part, issue_width, progress,
-                               exchange)
+                               exchange, host_times)
     defer = plan_deferrals(build, duration) if plan else {}
     return (build(defer) if defer else schedule), duration, defer
 
@@ -258,7 +262,8 @@ def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange)
 def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
               part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
               options: dict | None = None, rule: bool | None = None,
-              layrub: bool = False, exchange=None, plan: bool = True) -> StepTiming:
+              layrub: bool = False, exchange=None, plan: bool = True,
+              host_times=None) -> StepTiming:
     """Time one training step of `graph` (captured at its batch) under `policy`. The serial
     policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
     on for authority unless options fix the parameters) sets the authority parameters per
@@ -268,7 +273,8 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     (pimrt.runtime.exchange). plan: a pipelined policy with the SGD or GradSA update (and no
     Layrub) first times the schedule's tasks alone and moves weight gradients to where the
     host would wait (pimrt.runtime.plan; StepTiming.schedule then has them in their planned
-    place)."""
+    place). host_times: measured host kernel times, (layer, phase, lo, hi) -> ms, replacing
+    the modelled compute of those tasks (pimrt.runtime.host_times)."""
     from pimrt.runtime.exchange import ExchangeConfig
     if not isinstance(exchange, ExchangeConfig):
         exchange = ExchangeConfig(mode=exchange or "sgd")
@@ -280,13 +286,14 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     defer = {}
     if pipelined and plan and exchange.mode in ("sgd", "gradsa") and not layrub:
         schedule, _, defer = planned_schedule(graph, groups, p, host_part, issue_width,
-                                              progress, exchange=exchange)
+                                              progress, exchange=exchange,
+                                              host_times=host_times)
     else:
         schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
                                   group_count=group_rule(p, host_part, groups)
                                   if pipelined else None, exchange=exchange.mode)
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
-                           options, rule, layrub, exchange, placement)
+                           options, rule, layrub, exchange, placement, host_times)
     timing.deferred = defer
     return timing
 
@@ -294,14 +301,16 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
 def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
                   policy: str = "authority", issue_width: int = 4, progress=None,
                   options: dict | None = None, rule: bool = False, layrub: bool = False,
-                  exchange=None, placement=None) -> StepTiming:
+                  exchange=None, placement=None, host_times=None) -> StepTiming:
     """Run the tasks of `schedule` through memctl under `policy` on the part (a Part, as
     step_part gives it); a schedule with pipelined=False gets a barrier whenever the side
     changes. rule: the authority parameters per host CONV/linear (pimrt.runtime.authority)."""
     from pimrt.runtime.exchange import ExchangeConfig
     exchange = exchange or ExchangeConfig()
     placement = placement or place_step(graph, part, exchange.mode)
-    ctx = context(graph, part, placement, host_part, policy, exchange=exchange)
+    ctx = context(graph, part, placement, host_part, policy, exchange=exchange,
+                  host_times=host_times)
+    from pimrt.memctl import Controller, Options   # the compiled extension, on first use
     ctl = Controller(part, Options(policy=policy, issue_width=issue_width, **(options or {})))
     wall = time.perf_counter()
     transfers = layrub_transfers(schedule, ctx) if layrub else None
@@ -342,7 +351,7 @@ def _task_times(ctl, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
                           host_part="v100", issue_width: int = 4, progress=None,
-                          plan: bool = True) -> dict:
+                          plan: bool = True, host_times=None) -> dict:
     """The pipelined step as if host and PIM each had the memory to themselves: every task of
     the co-execution schedule (with its planned weight gradients, as time_step runs it) is
     timed through memctl alone (host and PIM never at once: a barrier whenever the side
@@ -353,7 +362,7 @@ def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
     from pimrt.runtime.plan import list_schedule, task_key
     p = step_part(part, host_part)
     schedule, duration, _ = planned_schedule(graph, groups, p, host_part, issue_width,
-                                             progress, plan)
+                                             progress, plan, host_times=host_times)
     makespan = list_schedule(schedule, duration)[0]
     busy = {side: int(sum(duration[task_key(t)] for t in schedule.tasks if t.side == side))
             for side in ("host", "pim")}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from typing import Mapping
 
 import numpy as np
 
@@ -76,6 +77,9 @@ class Context:
     partition: bool = False        # bank_partition: PIM reaches only its banks
     pim_scope: int = 16            # banks an all-bank command acts on
     exchange: ExchangeConfig = ExchangeConfig()
+    # measured host kernel times, (layer, phase, lo, hi) -> ms, replacing the modelled
+    # compute (pimrt.runtime.host_times); None: the host part's model
+    host_times: Mapping | None = None
 
     @property
     def tck(self) -> float:
@@ -84,12 +88,12 @@ class Context:
 
 def context(graph: LayerGraph, part: Part, placement: Placement, host_part="v100",
             policy: str = "authority", pim_banks: int | None = None,
-            exchange: ExchangeConfig | None = None) -> Context:
+            exchange: ExchangeConfig | None = None, host_times: Mapping | None = None) -> Context:
     nbanks = part.org["ranks"] * part.banks_per_rank
     partition = policy == "bank_partition"
     scope = (pim_banks or nbanks // 2) if partition else nbanks
     return Context(graph, part, load_host_part(host_part), placement, partition, scope,
-                   exchange or ExchangeConfig())
+                   exchange or ExchangeConfig(), host_times)
 
 
 def _records(n: int) -> np.ndarray:
@@ -136,15 +140,25 @@ def _weight(layer):
     raise KeyError(f"{layer.name} has no weight")
 
 
+def host_kernel(task: Task, graph: LayerGraph) -> tuple[str, str, int, int] | None:
+    """The kernel a host CONV/linear task runs: (layer, phase as pimrt.host names it,
+    output channels lo, hi); None for any other task."""
+    if task.side != "host" or task.kind not in ("conv", "linear"):
+        return None
+    layer = graph[task.layer]
+    cout = layer.attrs.get("out_channels", layer.attrs.get("out_features"))
+    lo, hi = (cout * task.group // task.groups, cout * (task.group + 1) // task.groups) \
+        if task.group >= 0 else (0, cout)
+    return task.layer, _PHASE[task.phase], lo, hi
+
+
 def host_records(task: Task, ctx: Context) -> np.ndarray:
     g, pl = ctx.graph, ctx.placement
     layer = g[task.layer] if task.layer in g else None
     if task.kind in ("conv", "linear"):
-        phase = _PHASE[task.phase]
+        kernel = host_kernel(task, g)
+        _, phase, lo, hi = kernel
         inp = task.tensors.get("input", task.tensors.get("grad_input"))[0]
-        cout = layer.attrs.get("out_channels", layer.attrs.get("out_features"))
-        lo, hi = (cout * task.group // task.groups, cout * (task.group + 1) // task.groups) \
-            if task.group >= 0 else (0, cout)
         es = layer.itemsize
         x, y, w = tuple(layer.input_shapes[0]), tuple(layer.shape), tuple(_weight(layer))
         tensors = {
@@ -155,7 +169,8 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
             "weight": (pl[f"param:{layer.name}"].base, w, es),
             "grad_weight": (pl[f"pgrad:{layer.name}"].base, w, es),
         }
-        work = HostWork(layer, g.batch, phase, channel_range=(lo, hi), part=ctx.host_part)
+        work = HostWork(layer, g.batch, phase, channel_range=(lo, hi), part=ctx.host_part,
+                        measured_ms=ctx.host_times.get(kernel) if ctx.host_times else None)
         reqs = work.requests(tensors, ctx.part.request_bytes)
         compute = work.compute_cycles(None, ctx.tck)
         addr, op = reqs["addr"], reqs["op"]

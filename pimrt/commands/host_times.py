@@ -1,0 +1,48 @@
+"""`pimrt host-times`: time a model's host kernels on this machine's CUDA GPU and write them
+to a file that `pimrt run` / `pimrt compare --host-times FILE` replay on any machine. It
+simulates nothing, so it needs neither the memctl extension nor a long run on the GPU
+machine."""
+from __future__ import annotations
+
+import pathlib
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "host-times", help="time a model's CONV/linear kernels on the GPU, for --host-times",
+        description="Time every CONV/linear kernel (forward, dX, dW, per output-channel group) "
+                    "that `pimrt run` with the same settings needs on this machine's CUDA GPU, "
+                    "and write them as JSON; `pimrt run --host-times FILE` replays them "
+                    "anywhere. docs/runtime.md")
+    p.add_argument("--model", default="resnet18",
+                   help="zoo model or FILE.py:NAME / module:NAME (as pimrt run)")
+    p.add_argument("--allow-unsupported", action="store_true",
+                   help="as pimrt run (the ops run on the host, not timed here)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--input", type=int, default=32, help="input height and width")
+    p.add_argument("--groups", type=int, default=4,
+                   help="most output-channel groups per CONV, as the runs to replay use")
+    p.add_argument("--part", default="hbm2_pim",
+                   help="memory part of the runs to replay (it sets which CONVs are split)")
+    p.add_argument("--host-part", default="v100", help="host part of the runs to replay")
+    p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"))
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/host_times.json"),
+                   help="the JSON file to write")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pimrt.runtime import session
+    from pimrt.runtime.host_times import require_cuda
+    require_cuda(what="pimrt host-times")
+    graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
+    session.preflight(graph, args.part, args.groups, args.update, args.host_part)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    _, info = session.host_times(graph, "measure", args.groups, args.part, args.host_part,
+                                 args.update, True, save_to=args.out, quiet=args.quiet,
+                                 meta={"input": args.input})
+    print(f"{args.model} batch {args.batch} {args.input}x{args.input}: {info['kernels']} "
+          f"CONV/linear kernels timed on {info['device']}, written to {info['path']}; replay "
+          f"with pimrt run --host-times {info['path']}")
+    return 0

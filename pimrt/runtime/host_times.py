@@ -1,0 +1,173 @@
+"""Measured host kernel times for a step (`pimrt run --host-times measure | FILE`).
+
+By default each host CONV/linear task's compute comes from the host part's model
+(pimrt.host, the V100 preset). With a CUDA GPU the runtime can time the real kernels instead:
+every (layer, phase, output-channel group) the step's schedules run, the serial baseline's
+whole layers and the pipelined run's groups (`kernels`), is timed by
+pimrt.host.measure_compute_ms (`measure`). The times replace the modelled compute of those
+tasks; their DRAM requests still go through memctl, so a task takes about max(measured
+compute, its memory time under contention).
+
+The times are written as JSON (`save`) and can be replayed on any machine (`load`):
+measure once on a GPU, simulate anywhere. A file that is malformed, was measured at another
+batch, names a layer the model does not have or lacks a kernel the run needs is refused
+before any simulation, with what and where.
+
+    {"format": "pimrt-host-times/1", "model": "resnet18", "batch": 32,
+     "input_shape": [32, 3, 32, 32], "device": "NVIDIA H200", "torch": "2.13.0",
+     "kernels": [{"layer": "conv1", "phase": "forward", "channels": [0, 32], "ms": 0.0213},
+                 ...]}
+"""
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from typing import Callable, Iterable
+
+from pimrt.errors import ConfigError
+from pimrt.graph import LayerGraph
+from pimrt.host import cuda_available, measure_compute_ms
+from pimrt.host.gemm import PHASES
+from pimrt.runtime.schedule import Schedule, build_schedule
+from pimrt.runtime.work import host_kernel
+
+FORMAT = "pimrt-host-times/1"
+Kernel = tuple  # (layer, phase, lo, hi)
+
+
+def kernels(schedules: Iterable[Schedule], graph: LayerGraph) -> list[Kernel]:
+    """The host CONV/linear kernels the schedules run, each once, in first-use order."""
+    seen: dict[Kernel, None] = {}
+    for s in schedules:
+        for t in s.tasks:
+            k = host_kernel(t, graph)
+            if k is not None:
+                seen.setdefault(k, None)
+    return list(seen)
+
+
+def step_kernels(graph: LayerGraph, groups: int, group_count, exchange: str = "sgd",
+                 pipelined: bool = True) -> list:
+    """The kernels of a serial step and, with `pipelined`, of a pipelined one with `groups`
+    (each CONV split as group_count says): what `pimrt run` and `pimrt compare` time. Moving
+    weight gradients (pimrt.runtime.plan) changes where tasks run, not which."""
+    schedules = [build_schedule(graph, 1, pipelined=False, exchange=exchange)]
+    if pipelined:
+        schedules.append(build_schedule(graph, groups, pipelined=True, group_count=group_count,
+                                        exchange=exchange))
+    return kernels(schedules, graph)
+
+
+def device_name(device="cuda") -> str:
+    import torch
+    return torch.cuda.get_device_name(torch.device(device))
+
+
+def require_cuda(device="cuda", what: str = "--host-times measure") -> None:
+    """Measuring needs a CUDA GPU; say so before any work."""
+    if not str(device).startswith("cuda") or not cuda_available():
+        raise ConfigError(
+            f"{what} times the host kernels on a CUDA GPU, and torch sees none here "
+            f"(torch.cuda.is_available() is False); use the model (--host-times model) or "
+            f"replay times measured on a GPU machine (pimrt host-times there, then "
+            f"--host-times FILE.json here)")
+
+
+def measure(graph: LayerGraph, wanted: list[Kernel], device="cuda",
+            progress: Callable[[int], None] | None = None, warmup: int = 3,
+            repeats: int = 10) -> dict[Kernel, float]:
+    """Time each kernel on the GPU (the median of `repeats` after `warmup` runs)."""
+    require_cuda(device)
+    out = {}
+    for layer, phase, lo, hi in wanted:
+        ms = measure_compute_ms(graph[layer], graph.batch, phase, (lo, hi), device,
+                                warmup=warmup, repeats=repeats)
+        if ms is None:                       # the GPU went away between the check and here
+            require_cuda(device)
+        out[(layer, phase, lo, hi)] = float(ms)
+        if progress:
+            progress(1)
+    return out
+
+
+def save(path, times: dict[Kernel, float], meta: dict) -> pathlib.Path:
+    """Write the times as JSON (meta: model, batch, input, device, torch, ...)."""
+    path = pathlib.Path(path)
+    head = {"format": FORMAT, **meta}
+    lines = [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+    rows = [json.dumps({"layer": k[0], "phase": k[1], "channels": [k[2], k[3]], "ms": ms})
+            for k, ms in times.items()]
+    path.write_text("{\n" + "\n".join(lines) + '\n "kernels": [\n  '
+                    + ",\n  ".join(rows) + "\n ]\n}\n")       # one kernel a line
+    return path
+
+
+def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
+    """The times in a file written by `save` (or by hand), checked against the model:
+    (times, the file's other fields)."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--host-times: no such file {path} (give 'model', 'measure' or a "
+                          f"JSON file written by a measuring run)")
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") \
+            from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), list):
+        raise ConfigError(f"{path}: expected an object with a 'kernels' list "
+                          f"(format {FORMAT})")
+    if doc.get("format", FORMAT) != FORMAT:
+        raise ConfigError(f"{path}: format {doc['format']!r}, this pimrt reads {FORMAT!r}")
+    batch, shape = doc.get("batch"), doc.get("input_shape")
+    if batch is not None and batch != graph.batch:
+        raise ConfigError(f"{path}: measured at batch {batch}, this run is at batch "
+                          f"{graph.batch}; kernel times do not carry over between batches")
+    if shape is not None and list(shape) != list(graph.input_shape):
+        raise ConfigError(f"{path}: measured with input {list(shape)}, this run's input is "
+                          f"{list(graph.input_shape)}")
+    model = doc.get("model")
+    if model is not None and graph.model_name and model != graph.model_name:
+        raise ConfigError(f"{path}: measured on model {model!r}, this run is "
+                          f"{graph.model_name!r}")
+    times: dict[Kernel, float] = {}
+    for i, rec in enumerate(doc["kernels"]):
+        where = f"{path}: kernels[{i}]"
+        if not isinstance(rec, dict):
+            raise ConfigError(f"{where}: expected an object with layer, phase, channels, ms")
+        missing = [f for f in ("layer", "phase", "channels", "ms") if f not in rec]
+        if missing:
+            raise ConfigError(f"{where}: missing {', '.join(missing)}")
+        layer, phase, ch, ms = rec["layer"], rec["phase"], rec["channels"], rec["ms"]
+        if not isinstance(layer, str) or layer not in graph or graph[layer].kind not in ("conv", "linear"):
+            raise ConfigError(f"{where}: {layer!r} is not a CONV or linear layer of "
+                              f"{graph.model_name or 'this model'}")
+        if phase not in PHASES:
+            raise ConfigError(f"{where}: phase {phase!r}, expected one of {', '.join(PHASES)}")
+        L = graph[layer]
+        cout = L.attrs.get("out_channels", L.attrs.get("out_features"))
+        if not (isinstance(ch, list) and len(ch) == 2 and all(type(c) is int for c in ch)
+                and 0 <= ch[0] < ch[1] <= cout):
+            raise ConfigError(f"{where}: channels {ch!r}, expected [lo, hi] with "
+                              f"0 <= lo < hi <= {cout} ({layer}'s output channels)")
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) \
+                or ms <= 0:
+            raise ConfigError(f"{where}: ms {ms!r}, expected a positive number of "
+                              f"milliseconds")
+        times[(layer, phase, ch[0], ch[1])] = float(ms)
+    return times, {k: v for k, v in doc.items() if k not in ("kernels", "format")}
+
+
+def check_covers(times: dict[Kernel, float], wanted: list[Kernel], source: str) -> None:
+    """Every kernel the run needs has a time, or an error listing what is missing."""
+    missing = [k for k in wanted if k not in times]
+    if missing:
+        shown = "; ".join(f"{k[0]} {k[1]} channels {k[2]}..{k[3]}" for k in missing[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise ConfigError(
+            f"{source} has no time for {len(missing)} of the {len(wanted)} host kernels this "
+            f"run needs: {shown}{more}; measure them with --host-times measure on a GPU "
+            f"machine, with the same model, batch, input and --groups")

@@ -1,0 +1,253 @@
+"""Measured host kernel times (`--host-times`): the kernels a run needs, the JSON file they
+are kept in, the compute they replace in the host's records, and bad files refused before
+any simulation. The GPU itself is stood in for here (CI has none); scripts/gpu_checks.sh
+runs `pimrt run --host-times measure` on a real one."""
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pimrt.cli import main
+from pimrt.errors import ConfigError
+from pimrt.runtime import host_times as ht
+from pimrt.runtime.session import captured
+
+MODEL, BATCH = "resnet_cifar_20", 2
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return captured(MODEL, BATCH, 32)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A 'GPU' whose kernels take 3x the V100 model's time; records what it was asked."""
+    from pimrt.host import HostWork
+    asked = []
+
+    def measure(layer, batch, phase, rng, device, warmup=3, repeats=10):
+        asked.append((layer.name, phase, *rng))
+        return 3 * HostWork(layer, batch, phase, rng).model_seconds() * 1e3
+
+    monkeypatch.setattr(ht, "require_cuda", lambda *a, **kw: None)
+    monkeypatch.setattr(ht, "device_name", lambda device="cuda": "Test GPU")
+    monkeypatch.setattr(ht, "measure_compute_ms", measure)
+    return asked
+
+
+def _kernels(graph):
+    from pimrt.runtime.timing import group_rule, step_part
+    return ht.step_kernels(graph, 4, group_rule(step_part("hbm2_pim", "v100"), "v100", 4))
+
+
+def test_the_kernels_of_a_step():
+    graph = captured(MODEL, 8, 32)          # at batch 8 the group rule splits some CONVs
+    wanted = _kernels(graph)
+    assert len(wanted) == len(set(wanted))
+    serial = ht.step_kernels(graph, 4, None, pipelined=False)
+    convs = [n.name for n in graph if n.kind in ("conv", "linear")]
+    # the serial step: every CONV/linear forward and dW whole, a dX for all but the first
+    assert len(serial) == 3 * len(convs) - 1
+    assert all((lo, hi) == (0, graph[name].attrs.get("out_channels",
+                                                     graph[name].attrs.get("out_features")))
+               for name, _, lo, hi in serial)
+    assert set(serial) <= set(wanted) and len(wanted) > len(serial)
+    # the pipelined step adds the split CONVs' groups, which tile their output channels
+    for name, phase, lo, hi in set(wanted) - set(serial):
+        groups = sorted((k[2], k[3]) for k in wanted if k[:2] == (name, phase) and k[2:] !=
+                        (0, graph[name].attrs["out_channels"]))
+        assert groups[0][0] == 0 and all(a[1] == b[0] for a, b in zip(groups, groups[1:]))
+        assert groups[-1][1] == graph[name].attrs["out_channels"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_a_file_reads_back_exactly(graph, tmp_path_factory, data):
+    wanted = _kernels(graph)
+    picked = data.draw(st.lists(st.sampled_from(wanted), min_size=1, unique=True))
+    ms = data.draw(st.lists(st.floats(1e-6, 1e4, allow_nan=False), min_size=len(picked),
+                            max_size=len(picked)))
+    times = dict(zip(picked, ms))
+    path = tmp_path_factory.mktemp("ht") / "host_times.json"
+    ht.save(path, times, {"model": MODEL, "batch": BATCH, "input_shape": [BATCH, 3, 32, 32],
+                          "device": "Test GPU"})
+    back, fields = ht.load(path, graph)
+    assert back == times and list(back) == picked
+    assert fields["device"] == "Test GPU"
+
+
+def test_a_measured_time_replaces_the_modelled_compute(graph):
+    from pimrt.runtime.placement import place_step
+    from pimrt.runtime.schedule import build_schedule
+    from pimrt.runtime.timing import step_part
+    from pimrt.runtime.work import context, host_kernel, host_records
+    from pimrt.trace.records import DELAY
+    part = step_part("hbm2_pim", "v100")
+    schedule = build_schedule(graph, 1, pipelined=False)
+    task = next(t for t in schedule.tasks if t.kind == "conv" and t.phase == "bwd_weight")
+    kernel = host_kernel(task, graph)
+    tck = part.timing["tCK"]
+    for times, expect in ((None, None), ({kernel: 0.25}, math.ceil(0.25e6 / tck))):
+        ctx = context(graph, part, place_step(graph, part), "v100", host_times=times)
+        recs = host_records(task, ctx)
+        delay = int(recs["value"][recs["op"] == DELAY].sum())
+        if expect is None:
+            from pimrt.host import HostWork
+            expect = HostWork(graph[task.layer], BATCH, kernel[1], kernel[2:]).compute_cycles(
+                None, tck)
+        assert delay == expect
+        # the request stream is the same either way
+        assert (recs["op"] != DELAY).sum() == (host_records(task, context(
+            graph, part, place_step(graph, part), "v100"))["op"] != DELAY).sum()
+
+
+def test_measure_then_replay(tmp_path, capsys, fake_gpu, graph):
+    measured = tmp_path / "gpu"
+    args = ["run", "--model", MODEL, "--batch", str(BATCH), "--functional", "none", "--quiet"]
+    assert main(args + ["--host-times", "measure", "--out", str(measured)]) == 0
+    assert "measured on Test GPU, written to" in capsys.readouterr().out
+    doc = json.loads((measured / "host_times.json").read_text())
+    assert doc["device"] == "Test GPU" and doc["batch"] == BATCH
+    assert len(fake_gpu) == len(doc["kernels"]) == len(_kernels(graph))
+    s = json.loads((measured / "summary.json").read_text())
+    assert s["host_times"]["source"] == "measured" and s["host_times"]["kernels"] == len(fake_gpu)
+    # the serial step runs every whole kernel one after another, so it is at least their sum
+    whole = sum(k["ms"] for k in doc["kernels"] if list(k["channels"]) == [
+        0, graph[k["layer"]].attrs.get("out_channels", graph[k["layer"]].attrs.get(
+            "out_features"))])
+    assert s["serial_step_ms"] >= whole
+    model = tmp_path / "model"
+    assert main(args + ["--out", str(model)]) == 0
+    m = json.loads((model / "summary.json").read_text())
+    assert m["host_times"]["source"] == "model"
+    assert m["serial_step_ms"] < s["serial_step_ms"]          # a host 3x slower than modelled
+    # replayed from the folder (or the file) on a machine without a GPU: the same step
+    replay = tmp_path / "replay"
+    assert main(args + ["--host-times", str(measured), "--out", str(replay)]) == 0
+    r = json.loads((replay / "summary.json").read_text())
+    assert r["host_times"]["source"] == "file" and r["host_times"]["device"] == "Test GPU"
+    assert (r["step_ms"], r["serial_step_ms"]) == (s["step_ms"], s["serial_step_ms"])
+
+
+def test_compare_measures_each_model_and_replays_the_folder(tmp_path, capsys, fake_gpu):
+    args = ["compare", "--models", "resnet_cifar_20,resnet_cifar_32", "--policies", "authority",
+            "--batch", str(BATCH), "--input", "32", "--quiet"]
+    assert main(args + ["--host-times", "measure", "--out", str(tmp_path / "a")]) == 0
+    for m in ("resnet_cifar_20", "resnet_cifar_32"):
+        assert (tmp_path / "a" / m / "host_times.json").exists()
+    assert main(args + ["--host-times", str(tmp_path / "a"), "--out", str(tmp_path / "b")]) == 0
+    a, b = (json.loads((tmp_path / d / "compare.json").read_text()) for d in "ab")
+    assert [r["step_ms"] for r in a] == [r["step_ms"] for r in b]
+    assert {r["host_times"]["source"] for r in b} == {"file"}
+    capsys.readouterr()
+    # one file cannot serve two models
+    assert main(args + ["--host-times", str(tmp_path / "a" / "resnet_cifar_20" /
+                                            "host_times.json"),
+                        "--out", str(tmp_path / "c")]) == 2
+    assert "a file holds one model's times" in capsys.readouterr().err
+
+
+def test_host_times_command_measures_without_the_simulator(tmp_path):
+    """`pimrt host-times` on a GPU machine: the file, and no memctl extension loaded (a bare
+    GPU machine may have no compiler to build it)."""
+    import subprocess
+    import sys
+    out = tmp_path / "t.json"
+    code = f"""
+import sys
+import pimrt.runtime.host_times as ht
+from pimrt.host import HostWork
+ht.require_cuda = lambda *a, **kw: None
+ht.device_name = lambda device="cuda": "Test GPU"
+ht.measure_compute_ms = lambda layer, batch, phase, rng, device, **kw: 0.125
+from pimrt.cli import main
+assert main(["host-times", "--model", "{MODEL}", "--batch", "{BATCH}", "--out", r"{out}",
+             "--quiet"]) == 0
+print(sorted(m for m in sys.modules if m.startswith("pimrt._memctl") or m == "matplotlib"))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "[]"
+    assert "timed on Test GPU, written to" in r.stdout
+    graph = captured(MODEL, BATCH, 32)
+    times, fields = ht.load(out, graph)
+    assert list(times) == _kernels(graph) and set(times.values()) == {0.125}
+    assert fields["device"] == "Test GPU" and fields["input_shape"] == [BATCH, 3, 32, 32]
+
+
+def test_measure_without_a_gpu_fails_before_any_work(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("pimrt.host.measure.cuda_available", lambda: False)
+    monkeypatch.setattr(ht, "cuda_available", lambda: False)
+    out = tmp_path / "out"
+    assert main(["run", "--model", MODEL, "--batch", str(BATCH), "--host-times", "measure",
+                 "--out", str(out), "--quiet"]) == 2
+    assert "torch.cuda.is_available() is False" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["host-times", "--model", MODEL, "--out", str(out / "t.json")]) == 2
+    assert "pimrt host-times times the host kernels on a CUDA GPU" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def _write(path, kernels, batch=BATCH, **head):
+    doc = {"format": ht.FORMAT, "model": MODEL, "batch": batch, **head, "kernels": kernels}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _full(graph, ms=0.01):
+    return [{"layer": k[0], "phase": k[1], "channels": [k[2], k[3]], "ms": ms}
+            for k in _kernels(graph)]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda ks, h: ("{\n  \"kernels\": [,]\n}", h), r":2:\d+: not valid JSON"),
+    (lambda ks, h: (ks, {**h, "batch": 8}), "measured at batch 8, this run is at batch 2"),
+    (lambda ks, h: (ks, {**h, "model": "resnet18"}), "measured on model 'resnet18'"),
+    (lambda ks, h: (ks, {**h, "input_shape": [2, 3, 224, 224]}), "measured with input"),
+    (lambda ks, h: ([{**ks[0], "layer": "layer9_conv"}] + ks[1:], h),
+     r"kernels\[0\]: 'layer9_conv' is not a CONV or linear layer of resnet_cifar_20"),
+    (lambda ks, h: ([{**ks[0], "layer": "layer1_0_bn1"}] + ks[1:], h),
+     "is not a CONV or linear layer"),
+    (lambda ks, h: (ks[:3] + [{**ks[3], "phase": "sideways"}] + ks[4:], h),
+     r"kernels\[3\]: phase 'sideways'"),
+    (lambda ks, h: ([{**ks[0], "channels": [0, 999]}] + ks[1:], h),
+     r"kernels\[0\]: channels \[0, 999\], expected \[lo, hi\] with 0 <= lo < hi <= 16"),
+    (lambda ks, h: ([{**ks[0], "ms": -1}] + ks[1:], h), r"kernels\[0\]: ms -1, expected a "
+                                                         "positive number"),
+    (lambda ks, h: ([{**ks[0], "ms": "fast"}] + ks[1:], h), "ms 'fast'"),
+    (lambda ks, h: ([{k: v for k, v in ks[0].items() if k != "ms"}] + ks[1:], h),
+     r"kernels\[0\]: missing ms"),
+    (lambda ks, h: (ks[:-2], h), r"has no time for 2 of the \d+ host kernels this run needs"),
+    (lambda ks, h: (ks, {**h, "format": "other/9"}), "this pimrt reads"),
+])
+def test_a_bad_file_is_refused_before_any_work(graph, tmp_path, capsys, edit, message):
+    kernels, head = edit(_full(graph), {})
+    path = tmp_path / "times.json"
+    if isinstance(kernels, str):
+        path.write_text(kernels)
+    else:
+        _write(path, kernels, **head)
+    out = tmp_path / "out"
+    assert main(["run", "--model", MODEL, "--batch", str(BATCH), "--functional", "golden",
+                 "--host-times", str(path), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    import re
+    assert re.search(message, err), err
+    assert str(path) in err
+    assert not out.exists()
+
+
+def test_times_for_fewer_groups_do_not_cover_a_run_with_more(tmp_path):
+    from pimrt.runtime import session
+    graph = captured(MODEL, 8, 32)
+    path = _write(tmp_path / "serial.json",
+                  [{"layer": k[0], "phase": k[1], "channels": [k[2], k[3]], "ms": 0.01}
+                   for k in ht.step_kernels(graph, 1, None, pipelined=False)], batch=8)
+    times, info = session.host_times(graph, str(path), 4, "hbm2_pim", "v100", pipelined=False)
+    assert info["kernels"] == len(times) and all(v == 0.01 for v in times.values())
+    with pytest.raises(ConfigError, match="measure them with --host-times measure"):
+        session.host_times(graph, str(path), 4, "hbm2_pim", "v100", pipelined=True)
+    assert np.isclose(sum(times.values()), 0.01 * len(times))
