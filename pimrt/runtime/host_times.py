@@ -84,7 +84,8 @@ def measure(graph: LayerGraph, wanted: list[Kernel], device="cuda",
         ms = measure_compute_ms(graph[layer], graph.batch, phase, (lo, hi), device,
                                 warmup=warmup, repeats=repeats)
         if ms is None:                       # the GPU went away between the check and here
-            require_cuda(device)
+            raise ConfigError(f"could not time {layer} {phase} channels {lo}..{hi} on "
+                              f"{device}: torch sees no CUDA GPU")
         out[(layer, phase, lo, hi)] = float(ms)
         if progress:
             progress(1)

@@ -100,8 +100,6 @@ def host_times(graph, spec: str, groups: int, part: str, host_part: str,
     from pimrt.runtime.timing import group_rule, step_part
     if spec == "model":
         return None, {"source": "model", "host_part": str(host_part)}
-    if spec == "measure":
-        ht.require_cuda()
     count = group_rule(step_part(part, host_part), host_part, groups) if pipelined else None
     wanted = ht.step_kernels(graph, groups, count, exchange, pipelined)
     if spec != "measure":
