@@ -85,10 +85,10 @@ def run(args) -> int:
             "host_part": args.host_part, "host_times": host_info}
     if times is not None:
         h = host_info
-        print(f"host compute: {h['kernels']} CONV/linear kernels "
-              + (f"measured on {h['device']}, written to {h['path']}" if h["source"] == "measured"
-                 else f"from {h['path']}" + (f" (measured on {h['device']})"
-                                              if "device" in h else "")))
+        where = f"measured on {h['device']}, written to {h['path']}" \
+            if h["source"] == "measured" else f"from {h['path']} (measured on " \
+            f"{h.get('device', 'a device the file does not name')})"
+        print(f"host compute: {h['kernels']} CONV/linear kernels {where}")
     if args.functional != "none":
         from pimrt.runtime.functional import check_step
         f = check_step(args.model, args.batch, args.input, args.functional, args.groups,

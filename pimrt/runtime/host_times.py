@@ -143,7 +143,8 @@ def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
         if missing:
             raise ConfigError(f"{where}: missing {', '.join(missing)}")
         layer, phase, ch, ms = rec["layer"], rec["phase"], rec["channels"], rec["ms"]
-        if not isinstance(layer, str) or layer not in graph or graph[layer].kind not in ("conv", "linear"):
+        if not isinstance(layer, str) or layer not in graph \
+                or graph[layer].kind not in ("conv", "linear"):
             raise ConfigError(f"{where}: {layer!r} is not a CONV or linear layer of "
                               f"{graph.model_name or 'this model'}")
         if phase not in PHASES:
@@ -170,5 +171,5 @@ def check_covers(times: dict[Kernel, float], wanted: list[Kernel], source: str) 
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise ConfigError(
             f"{source} has no time for {len(missing)} of the {len(wanted)} host kernels this "
-            f"run needs: {shown}{more}; measure them with --host-times measure on a GPU "
-            f"machine, with the same model, batch, input and --groups")
+            f"run needs: {shown}{more}; measure them on a GPU machine (pimrt host-times, "
+            f"or --host-times measure) with the same model, batch, input and --groups")
