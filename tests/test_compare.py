@@ -69,3 +69,26 @@ def test_compare_refuses_bad_input_before_any_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error:" in err and "3" in err
     assert not out.exists()                       # nothing was started
+
+
+def test_jobs_time_models_side_by_side_with_the_same_results(tmp_path, capsys):
+    args = ["compare", "--models", "resnet_cifar_20,resnet_cifar_32", "--policies",
+            "serial,authority", "--batch", "2", "--input", "32", "--bound", "--quiet"]
+    assert main(args + ["--out", str(tmp_path / "one")]) == 0
+    assert main(args + ["--jobs", "2", "--out", str(tmp_path / "two")]) == 0
+    text = capsys.readouterr().out
+    one, two = (json.loads((tmp_path / d / "compare.json").read_text()) for d in ("one", "two"))
+
+    def key(r):
+        return (r["model"], r["policy"], r["step_ms"], r["serial_step_ms"], r["mode_switches"])
+    assert [key(r) for r in two] == [key(r) for r in one]
+    assert [(r["model"], r["policy"]) for r in two] == [
+        (m, p) for m in ("resnet_cifar_20", "resnet_cifar_32")
+        for p in ("serial", "authority", "no_contention")]
+    for m in ("resnet_cifar_20", "resnet_cifar_32"):
+        for policy in ("serial", "authority"):
+            assert (tmp_path / "two" / m / policy / "summary.json").exists()
+    assert sum(line.startswith("mean") for line in text.splitlines()) == 6
+    assert main(args + ["--jobs", "0", "--out", str(tmp_path / "three")]) == 2
+    assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "three").exists()

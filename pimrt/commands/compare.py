@@ -40,6 +40,9 @@ def register(subparsers) -> None:
                         "'measure': timed on this machine's CUDA GPU (written to "
                         "OUT/MODEL/host_times.json); or the --out folder of a measuring "
                         "compare (or, for one model, a host_times.json) to replay them")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="models timed at once, one process (and one core) each; each "
+                        "model's runs are reported when the model is done")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -47,13 +50,15 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from pimrt.errors import ConfigError
     from pimrt.memctl import POLICIES
-    from pimrt.runtime import report, session
+    from pimrt.runtime import session
 
     models = [m for m in args.models.split(",") if m]
     policies = [p for p in args.policies.split(",") if p]
     bad = [p for p in policies if p not in POLICIES]
     if bad:
         raise ConfigError(f"unknown policies {bad}; choose from {', '.join(POLICIES)}")
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported)
               for m in models}
     for m, g in graphs.items():  # every check before the first long run
@@ -68,36 +73,31 @@ def run(args) -> int:
                                    args.update, pipelined)
              if spec[m] != "measure" else (None, None) for m, g in graphs.items()}
     args.out.mkdir(parents=True, exist_ok=True)
+    for m, g in graphs.items():          # on the GPU machine: a few seconds per model
+        if spec[m] == "measure":
+            (args.out / folders[m]).mkdir(parents=True, exist_ok=True)
+            times[m] = session.host_times(
+                g, "measure", args.groups, args.part, args.host_part, args.update, pipelined,
+                save_to=args.out / folders[m] / "host_times.json", quiet=args.quiet,
+                meta={"input": args.input})
     results_path = args.out / "compare.json"
     results: list[dict] = []
+    order = {m: i for i, m in enumerate(graphs)}
+
+    def finished(s: dict) -> None:       # written at once: an interrupted compare keeps it
+        results.append(s)
+        results.sort(key=lambda r: order[r["model"]])    # stable: each model's runs in order
+        results_path.write_text(json.dumps(results, indent=2))
+        print(_row(s, first=len(results) == 1), flush=True)
+
+    jobs = min(args.jobs, len(graphs))
     try:
-        for m, g in graphs.items():
-            serial = None
-            if spec[m] == "measure":
-                (args.out / folders[m]).mkdir(parents=True, exist_ok=True)
-                times[m] = session.host_times(
-                    g, "measure", args.groups, args.part, args.host_part, args.update,
-                    pipelined, save_to=args.out / folders[m] / "host_times.json",
-                    quiet=args.quiet, meta={"input": args.input})
-            for policy in ["serial"] + [p for p in policies if p != "serial"]:
-                r = session.timed(g, policy, args.groups if policy != "serial" else 1, args.part,
-                                  args.host_part, args.quiet, f"{m} {policy}",
-                                  exchange=args.update, plan=not args.no_plan,
-                                  host_times=times[m][0])
-                if policy == "serial":
-                    serial = r
-                    if "serial" not in policies:
-                        continue
-                meta = {"model": m, "batch": args.batch, "input": args.input, "part": args.part,
-                        "host_times": times[m][1]}
-                s = report.write_all(r, serial, meta, args.out / folders[m] / policy)
-                results.append(s)
-                results_path.write_text(json.dumps(results, indent=2))
-                print(_row(s, first=len(results) == 1), flush=True)
-            if args.bound:
-                results.append(_bound(g, m, args, serial, times[m][0]))
-                results_path.write_text(json.dumps(results, indent=2))
-                print(_row(results[-1], first=len(results) == 1), flush=True)
+        if jobs == 1:
+            for m, g in graphs.items():
+                for s in _model_runs(m, g, policies, args, folders[m], times[m]):
+                    finished(s)
+        else:
+            _in_parallel(graphs, policies, args, folders, times, jobs, finished)
     except KeyboardInterrupt:
         print(f"interrupted: {len(results)} finished runs kept in {results_path}", file=sys.stderr)
         print(_table(results))
@@ -105,6 +105,74 @@ def run(args) -> int:
     print()
     print(_table(results))
     return 0
+
+
+def _model_runs(m: str, graph, policies: list[str], args, folder: str, times):
+    """One model's runs, serial first (the baseline), each written to its folder and yielded
+    as its summary when done; then its contention-free bound with --bound."""
+    from pimrt.runtime import report, session
+    host_times, host_info = times
+    serial = None
+    for policy in ["serial"] + [p for p in policies if p != "serial"]:
+        r = session.timed(graph, policy, args.groups if policy != "serial" else 1, args.part,
+                          args.host_part, args.quiet, f"{m} {policy}", exchange=args.update,
+                          plan=not args.no_plan, host_times=host_times)
+        if policy == "serial":
+            serial = r
+            if "serial" not in policies:
+                continue
+        meta = {"model": m, "batch": args.batch, "input": args.input, "part": args.part,
+                "host_times": host_info}
+        yield report.write_all(r, serial, meta, args.out / folder / policy)
+    if args.bound:
+        yield _bound(graph, m, args, serial, host_times)
+
+
+def _model_worker(m: str, policies, args, folder: str, times) -> list[dict]:
+    """A worker process of --jobs: capture the model again (cheap) and run it whole."""
+    from pimrt.runtime import session
+    args.quiet = True                              # one process's bars would garble another's
+    graph = session.captured(m, args.batch, args.input, args.allow_unsupported)
+    return list(_model_runs(m, graph, policies, args, folder, times))
+
+
+def _worker_init() -> None:
+    """Ctrl-C reaches every process of the terminal; the parent's is the one that acts. The
+    workers draw no bars, so tqdm gets a thread lock: its default one is a named semaphore
+    that a worker stopped by Ctrl-C would leave behind (a resource_tracker warning)."""
+    import signal
+    import threading
+    from tqdm import tqdm
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tqdm.set_lock(threading.RLock())
+
+
+def _in_parallel(graphs, policies, args, folders, times, jobs: int, finished) -> None:
+    """--jobs N: N models at once, one process each (spawned: no torch state is forked);
+    each model's runs are reported when the model is done."""
+    import multiprocessing
+    from tqdm import tqdm
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(jobs, initializer=_worker_init) as pool, tqdm(total=len(graphs), unit="model", desc="models",
+                                      disable=args.quiet or None, file=sys.stderr,
+                                      leave=False) as bar:
+        pending = [pool.apply_async(_model_worker, (m, policies, args, folders[m], times[m]))
+                   for m in graphs]
+        try:
+            while pending:
+                done = [r for r in pending if r.ready()]
+                for r in done:
+                    pending.remove(r)
+                    for s in r.get():            # a worker's error is raised here
+                        finished(s)
+                    bar.update(1)
+                if pending and not done:
+                    pending[0].wait(0.2)
+            pool.close()                         # let the workers exit cleanly
+            pool.join()
+        except BaseException:
+            pool.terminate()                     # Ctrl-C or a failed model: stop the others
+            raise
 
 
 def _times_spec(spec: str, folder: str, models: int) -> str:
