@@ -153,9 +153,9 @@ def _in_parallel(graphs, policies, args, folders, times, jobs: int, finished) ->
     import multiprocessing
     from tqdm import tqdm
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(jobs, initializer=_worker_init) as pool, tqdm(total=len(graphs), unit="model", desc="models",
-                                      disable=args.quiet or None, file=sys.stderr,
-                                      leave=False) as bar:
+    bar = tqdm(total=len(graphs), unit="model", desc="models", disable=args.quiet or None,
+               file=sys.stderr, leave=False)
+    with ctx.Pool(jobs, initializer=_worker_init) as pool, bar:
         pending = [pool.apply_async(_model_worker, (m, policies, args, folders[m], times[m]))
                    for m in graphs]
         try:
