@@ -128,9 +128,10 @@ def _model_runs(m: str, graph, policies: list[str], args, folder: str, times):
         yield _bound(graph, m, args, serial, host_times)
 
 
-def _model_worker(m: str, policies, args, folder: str, times) -> list[dict]:
+def _model_worker(job: tuple) -> list[dict]:
     """A worker process of --jobs: capture the model again (cheap) and run it whole."""
     from pimrt.runtime import session
+    m, policies, args, folder, times = job
     args.quiet = True                              # one process's bars would garble another's
     graph = session.captured(m, args.batch, args.input, args.allow_unsupported)
     return list(_model_runs(m, graph, policies, args, folder, times))
@@ -156,18 +157,13 @@ def _in_parallel(graphs, policies, args, folders, times, jobs: int, finished) ->
     bar = tqdm(total=len(graphs), unit="model", desc="models", disable=args.quiet or None,
                file=sys.stderr, leave=False)
     with ctx.Pool(jobs, initializer=_worker_init) as pool, bar:
-        pending = [pool.apply_async(_model_worker, (m, policies, args, folders[m], times[m]))
-                   for m in graphs]
+        work = [(m, policies, args, folders[m], times[m]) for m in graphs]
         try:
-            while pending:
-                done = [r for r in pending if r.ready()]
-                for r in done:
-                    pending.remove(r)
-                    for s in r.get():            # a worker's error is raised here
-                        finished(s)
-                    bar.update(1)
-                if pending and not done:
-                    pending[0].wait(0.2)
+            # each model's runs as it finishes; a worker's error is raised here
+            for runs in pool.imap_unordered(_model_worker, work):
+                for s in runs:
+                    finished(s)
+                bar.update(1)
             pool.close()                         # let the workers exit cleanly
             pool.join()
         except BaseException:
