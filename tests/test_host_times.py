@@ -39,26 +39,34 @@ def fake_gpu(monkeypatch):
 
 
 def _kernels(graph):
-    from pimrt.runtime.timing import group_rule, step_part
-    return ht.step_kernels(graph, 4, group_rule(step_part("hbm2_pim", "v100"), "v100", 4))
+    """The kernels `pimrt run` needs at its default groups and slices."""
+    from pimrt.runtime.session import slices_for
+    from pimrt.runtime.timing import group_rule, slice_rule, step_part
+    slices = slices_for(graph.batch)
+    part = step_part("hbm2_pim", "v100")
+    return ht.step_kernels(graph, 4, group_rule(part, "v100", 4), slices=slices,
+                           slice_rule=slice_rule(part, slices))
 
 
 def test_the_kernels_of_a_step():
-    graph = captured(MODEL, 8, 32)          # at batch 8 the group rule splits some CONVs
-    wanted = _kernels(graph)
+    graph = captured(MODEL, 32, 32)    # at batch 32 the group rule splits some CONVs, and the
+    wanted = _kernels(graph)           # slice rule slices some (their slices fill a row span)
     assert len(wanted) == len(set(wanted))
     serial = ht.step_kernels(graph, 4, None, pipelined=False)
     convs = [n.name for n in graph if n.kind in ("conv", "linear")]
     # the serial step: every CONV/linear forward and dW whole, a dX for all but the first
     assert len(serial) == 3 * len(convs) - 1
-    assert all((lo, hi) == (0, graph[name].attrs.get("out_channels",
-                                                     graph[name].attrs.get("out_features")))
-               for name, _, lo, hi in serial)
+    assert all((lo, hi, n) == (0, graph[name].attrs.get(
+        "out_channels", graph[name].attrs.get("out_features")), 32) for name, _, lo, hi, n in serial)
     assert set(serial) <= set(wanted) and len(wanted) > len(serial)
-    # the pipelined step adds the split CONVs' groups, which tile their output channels
-    for name, phase, lo, hi in set(wanted) - set(serial):
-        groups = sorted((k[2], k[3]) for k in wanted if k[:2] == (name, phase) and k[2:] !=
-                        (0, graph[name].attrs["out_channels"]))
+    # the pipelined step adds the split CONVs' groups, which tile their output channels, and
+    # the sliced CONVs' forward on 8 of the 32 images (4 slices), all channels
+    sliced = {k for k in wanted if k[4] != 32}
+    assert sliced and all(k[1] == "forward" and k[4] == 8 and k[2:4] == (0, graph[k[0]].attrs.get(
+        "out_channels", graph[k[0]].attrs.get("out_features"))) for k in sliced)
+    for name, phase, lo, hi, n in set(wanted) - set(serial) - sliced:
+        groups = sorted((k[2], k[3]) for k in wanted if k[:2] == (name, phase) and k[4] == 32
+                        and k[2:4] != (0, graph[name].attrs["out_channels"]))
         assert groups[0][0] == 0 and all(a[1] == b[0] for a, b in zip(groups, groups[1:]))
         assert groups[-1][1] == graph[name].attrs["out_channels"]
 
@@ -96,7 +104,7 @@ def test_a_measured_time_replaces_the_modelled_compute(graph):
         delay = int(recs["value"][recs["op"] == DELAY].sum())
         if expect is None:
             from pimrt.host import HostWork
-            expect = HostWork(graph[task.layer], BATCH, kernel[1], kernel[2:]).compute_cycles(
+            expect = HostWork(graph[task.layer], BATCH, kernel[1], kernel[2:4]).compute_cycles(
                 None, tck)
         assert delay == expect
         # the request stream is the same either way
@@ -198,7 +206,7 @@ def _write(path, kernels, batch=BATCH, **head):
 
 
 def _full(graph, ms=0.01):
-    return [{"layer": k[0], "phase": k[1], "channels": [k[2], k[3]], "ms": ms}
+    return [{"layer": k[0], "phase": k[1], "channels": [k[2], k[3]], "samples": k[4], "ms": ms}
             for k in _kernels(graph)]
 
 
@@ -215,6 +223,8 @@ def _full(graph, ms=0.01):
      r"kernels\[3\]: phase 'sideways'"),
     (lambda ks, h: ([{**ks[0], "channels": [0, 999]}] + ks[1:], h),
      r"kernels\[0\]: channels \[0, 999\], expected \[lo, hi\] with 0 <= lo < hi <= 16"),
+    (lambda ks, h: ([{**ks[0], "samples": 3}] + ks[1:], h),
+     r"kernels\[0\]: samples 3, expected a divisor of the batch \(2\)"),
     (lambda ks, h: ([{**ks[0], "ms": -1}] + ks[1:], h), r"kernels\[0\]: ms -1, expected a "
                                                          "positive number"),
     (lambda ks, h: ([{**ks[0], "ms": "fast"}] + ks[1:], h), "ms 'fast'"),
@@ -246,8 +256,37 @@ def test_times_for_fewer_groups_do_not_cover_a_run_with_more(tmp_path):
     path = _write(tmp_path / "serial.json",
                   [{"layer": k[0], "phase": k[1], "channels": [k[2], k[3]], "ms": 0.01}
                    for k in ht.step_kernels(graph, 1, None, pipelined=False)], batch=8)
+    # a file without "samples" (as written before batch slices): each kernel on the batch
     times, info = session.host_times(graph, str(path), 4, "hbm2_pim", "v100", pipelined=False)
     assert info["kernels"] == len(times) and all(v == 0.01 for v in times.values())
     with pytest.raises(ConfigError, match="measure them on a GPU machine"):
         session.host_times(graph, str(path), 4, "hbm2_pim", "v100", pipelined=True)
     assert np.isclose(sum(times.values()), 0.01 * len(times))
+
+
+def test_a_sliced_forward_kernel_has_its_own_time():
+    """A CONV's forward on one batch slice is its own kernel (samples = batch / slices): its
+    measured time replaces that task's compute, and the whole-batch kernel's does not."""
+    from pimrt.runtime.placement import place_step
+    from pimrt.runtime.schedule import build_schedule
+    from pimrt.runtime.timing import step_part
+    from pimrt.runtime.work import context, host_kernel, host_records
+    from pimrt.trace.records import DELAY
+    graph = captured(MODEL, 8, 32)
+    part = step_part("hbm2_pim", "v100")
+    task = next(t for t in build_schedule(graph, 2, slices=4).tasks
+                if t.kind == "conv" and t.phase == "fwd" and t.slice == 1)
+    kernel = host_kernel(task, graph)
+    assert kernel[4] == 2 and kernel[2] == 0
+    whole = kernel[:4] + (8,)
+    for times, ms in (({kernel: 0.25, whole: 4.0}, 0.25), ({whole: 4.0}, None)):
+        recs = host_records(task, context(graph, part, place_step(graph, part), "v100",
+                                          host_times=times))
+        delay = int(recs["value"][recs["op"] == DELAY].sum())
+        if ms is None:       # no time for the slice: the model's, for 2 images
+            from pimrt.host import HostWork
+            ms = HostWork(graph[task.layer], 2, kernel[1], kernel[2:4]).compute_seconds() * 1e3
+            assert delay == HostWork(graph[task.layer], 2, kernel[1], kernel[2:4]) \
+                .compute_cycles(None, part.timing["tCK"])
+        else:
+            assert delay == math.ceil(ms * 1e6 / part.timing["tCK"])

@@ -1,11 +1,12 @@
 """The co-execution runtime: schedule properties over random small CNNs (hypothesis), timing
 through memctl, functional equality with torch, and bad input."""
+import dataclasses
 import itertools
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 from torch import nn
 
 from pimrt.errors import ConfigError
@@ -84,22 +85,28 @@ def cnns(draw, channels=(4, 8, 16)):
 
 
 @settings(max_examples=20)
-@given(model=cnns(), groups=st.sampled_from([1, 2, 4]), batch=st.sampled_from([1, 2]),
-       per_layer=st.none() | st.lists(st.sampled_from([1, 2, 4]), min_size=8, max_size=8))
-def test_schedule_runs_every_op_once_after_its_inputs(model, groups, batch, per_layer):
-    """per_layer: each CONV's own group count (at most `groups`), as group_rule gives them"""
+@given(model=cnns(), groups=st.sampled_from([1, 2, 4]), batch=st.sampled_from([1, 2, 4]),
+       per_layer=st.none() | st.lists(st.sampled_from([1, 2, 4]), min_size=8, max_size=8),
+       slices=st.sampled_from([1, 2, 4]), sliced=st.none() | st.lists(st.booleans(), min_size=5,
+                                                                     max_size=5))
+def test_schedule_runs_every_op_once_after_its_inputs(model, groups, batch, per_layer, slices,
+                                                      sliced):
+    """per_layer: each CONV's own group count (at most `groups`), as group_rule gives them;
+    slices: the forward pass by batch slices, every CONV or those `sliced` says"""
+    assume(batch % slices == 0)
     g = capture(model, (batch, 3, 8, 8))
     convs = [layer.name for layer in g.nodes if layer.kind in ("conv", "linear")]
     count = None if per_layer is None else \
         (lambda layer: per_layer[convs.index(layer.name) % len(per_layer)])
-    s = build_schedule(g, groups, group_count=count)
-    if per_layer is not None:
+    rule = None if sliced is None else (lambda layer: sliced[convs.index(layer.name) % 5])
+    s = build_schedule(g, groups, group_count=count, slices=slices, slice_rule=rule)
+    if per_layer is not None and slices == 1:
         for layer in g.nodes:
             if layer.kind == "conv":
                 fwd = [t for t in s.tasks if t.layer == layer.name and t.phase == "fwd"]
                 want = min(groups, per_layer[convs.index(layer.name) % len(per_layer)])
                 assert len(fwd) == want and all(t.groups == want for t in fwd)
-    keys = [(t.layer, t.kind, t.phase, t.group) for t in s.tasks]
+    keys = [(t.layer, t.kind, t.phase, t.group, t.slice) for t in s.tasks]
     assert len(keys) == len(set(keys))                        # every op exactly once
     position = {t.id: i for i, t in enumerate(s.tasks)}
     for t in s.tasks:
@@ -107,7 +114,15 @@ def test_schedule_runs_every_op_once_after_its_inputs(model, groups, batch, per_
     for layer in g.nodes:                                     # every compute layer forward
         if layer.kind in ("conv", "linear", "batchnorm", "relu", "add", "maxpool", "avgpool"):
             fwd = [t for t in s.tasks if t.layer == layer.name and t.phase == "fwd"]
-            assert fwd and len({t.group for t in fwd}) == len(fwd)
+            assert fwd and len({(t.kind, t.group, t.slice) for t in fwd}) == len(fwd)
+            # by groups, by slices or whole, each covering the tensor once
+            assert all(t.slice < 0 for t in fwd) or all(t.slice >= 0 and t.group < 0 for t in fwd)
+            if fwd[0].slice >= 0:
+                for kind in {t.kind for t in fwd}:
+                    assert sorted(t.slice for t in fwd if t.kind == kind) == list(range(slices))
+            if layer.kind == "batchnorm" and fwd[0].slice >= 0:    # statistics of every slice
+                stats = {t.id for t in fwd if t.kind == "batchnorm_stats"}   # before any output
+                assert all(stats <= set(t.deps) for t in fwd if t.kind == "batchnorm_apply")
     # a PIM task of group g waits (directly or not) for the host task that wrote group g
     by_id = {t.id: t for t in s.tasks}
     for t in s.tasks:
@@ -117,15 +132,22 @@ def test_schedule_runs_every_op_once_after_its_inputs(model, groups, batch, per_
                     and by_id[d].groups == t.groups]
             if same:
                 assert any(h.group == t.group for h in same)
+    # likewise by batch slice: a task of slice s waits for the host's slice s
+    for t in s.tasks:
+        if t.side == "pim" and t.phase == "fwd" and t.slice >= 0:
+            hosts = [by_id[d] for d in _ancestors(t, by_id) if by_id[d].side == "host"
+                     and by_id[d].slice >= 0]
+            if hosts:
+                assert any(h.slice == t.slice for h in hosts)
 
 
 @settings(max_examples=6)
 @given(model=cnns(), groups=st.sampled_from([2, 4]),
-       policy=st.sampled_from(["bank_partition", "authority"]))
-def test_timed_tasks_respect_dependencies(model, groups, policy):
+       policy=st.sampled_from(["bank_partition", "authority"]), slices=st.sampled_from([1, 2]))
+def test_timed_tasks_respect_dependencies(model, groups, policy, slices):
     g = capture(model, (2, 3, 8, 8))
     serial = time_step(g, "serial")
-    run = time_step(g, policy, groups)
+    run = time_step(g, policy, groups, slices=slices)
     for r in (serial, run):
         assert (r.start >= 0).all() and (r.end >= r.start).all()
         for t in r.schedule.tasks:
@@ -141,8 +163,8 @@ def test_timed_tasks_respect_dependencies(model, groups, policy):
 
 @settings(max_examples=20)
 @given(model=cnns(), groups=st.sampled_from([1, 2, 4]),
-       policy=st.sampled_from(["authority", "bank_partition"]))
-def test_never_both_sides_in_one_channel_at_once(model, groups, policy):
+       policy=st.sampled_from(["authority", "bank_partition"]), slices=st.sampled_from([1, 2]))
+def test_never_both_sides_in_one_channel_at_once(model, groups, policy, slices):
     """The command log of a whole step obeys the policy: under authority the host issues
     nothing while a channel is in PIM mode (and the PIM nothing outside it); under bank
     partitioning each side stays in its own banks. The timing checker reads the log."""
@@ -157,7 +179,8 @@ def test_never_both_sides_in_one_channel_at_once(model, groups, policy):
     ctx = context(g, part, place_step(g, part), policy=policy)
     buf = io.StringIO()
     ctl = Controller(part, Options(policy=policy), cmdlog=CommandLog(buf))
-    for recs in task_stream(build_schedule(g, groups), ctx, rule=policy == "authority"):
+    for recs in task_stream(build_schedule(g, groups, slices=slices), ctx,
+                            rule=policy == "authority"):
         ctl.feed(recs)
     ctl.finish()
     banks = sorted(default_pim_banks(part)) if policy == "bank_partition" else None
@@ -176,35 +199,40 @@ def sized_cnns(draw):
 
 
 @settings(max_examples=25)
-@given(case=sized_cnns(), groups=st.sampled_from([1, 2, 4]), rule=st.booleans())
-def test_co_executed_makespan_is_at_most_serial_plus_the_switches(case, groups, rule):
+@given(case=sized_cnns(), groups=st.sampled_from([1, 2, 4]), rule=st.booleans(),
+       slices=st.sampled_from([1, 2]))
+def test_co_executed_makespan_is_at_most_serial_plus_the_switches(case, groups, rule, slices):
     """The pipelined schedule under authority takes at most as long as the same tasks with
     host and PIM taking turns, plus the mode switches times their cost (precharge-all, into
     PIM mode and out); so does the runtime's step (time_step: the group rule and the planned
     weight gradients) against its serial baseline."""
     import dataclasses
     from pimrt.runtime.authority import switch_cost
-    from pimrt.runtime.timing import group_rule, step_part, time_schedule
+    from pimrt.runtime.timing import group_rule, slice_rule, step_part, time_schedule
     model, shape = case
+    assume(shape[0] % slices == 0)
     g = capture(model, shape)
     part = step_part("hbm2_pim", "v100")
     cost = switch_cost(part)
-    s = build_schedule(g, groups, group_count=group_rule(part, "v100", groups) if rule else None)
+    s = build_schedule(g, groups, group_count=group_rule(part, "v100", groups) if rule else None,
+                       slices=slices, slice_rule=slice_rule(part, slices) if rule else None)
     co = time_schedule(s, g, part, policy="authority", rule=True)
     turns = time_schedule(dataclasses.replace(s, pipelined=False), g, part, policy="serial")
     assert co.stats["mode_switches"] > 0 and turns.stats["mode_switches"] > 0
     assert co.makespan <= turns.makespan + co.stats["mode_switches"] * cost
     if rule:
-        step, serial = time_step(g, "authority", groups), time_step(g, "serial")
+        step, serial = time_step(g, "authority", groups, slices=slices), time_step(g, "serial")
         assert step.makespan <= serial.makespan + step.stats["mode_switches"] * cost
 
 
 @settings(max_examples=12)
-@given(model=cnns(), groups=st.sampled_from([2, 4]), seed=st.integers(0, 2 ** 16))
-def test_co_executed_numbers_equal_the_serial_numbers(model, groups, seed):
+@given(model=cnns(), groups=st.sampled_from([2, 4]), seed=st.integers(0, 2 ** 16),
+       slices=st.sampled_from([1, 2]))
+def test_co_executed_numbers_equal_the_serial_numbers(model, groups, seed, slices):
     """One training step with every non-CONV op on the PIM's golden model, by channel groups
     as co-execution runs it, gives bit for bit the numbers of the serial step (one group):
-    the loss, every gradient, every updated parameter, the batch norms' running statistics."""
+    the loss, every gradient, every updated parameter, the batch norms' running statistics
+    (batch norm's statistics per batch slice in both)."""
     import copy
     from torch.nn import functional as F
     from pimrt.runtime.functional import PimOps, _sgd_step_pim, to_pim
@@ -212,7 +240,7 @@ def test_co_executed_numbers_equal_the_serial_numbers(model, groups, seed):
     x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 10, (2,))
     steps = []
     for g in (1, groups):
-        ops = PimOps("golden", g)
+        ops = PimOps("golden", g, slices=slices)
         gm = to_pim(copy.deepcopy(model).train(), ops)
         loss = F.cross_entropy(gm(x), y)
         loss.backward()
@@ -235,10 +263,11 @@ def test_speedup_over_serial_on_a_resnet():
     assert co.busy("host") + co.busy("pim") > co.makespan     # the two sides overlapped
 
 
-def test_functional_step_matches_torch():
+@pytest.mark.parametrize("slices", [1, 2])
+def test_functional_step_matches_torch(slices):
     from pimrt.runtime.functional import check_step
-    r = check_step("resnet_cifar_20", 2, 32, "golden", groups=2)
-    assert r["loss_abs_diff"] < 1e-5
+    r = check_step("resnet_cifar_20", 2, 32, "golden", groups=2, slices=slices)
+    assert r["slices"] == slices and r["loss_abs_diff"] < 1e-5
     assert r["max_grad_rel_diff_same_masks"] < 1e-4          # the documented tolerance
     if r["relu_mask_flips"] == 0:                               # then plain torch agrees too
         assert r["max_grad_rel_diff"] < 1e-4
@@ -254,6 +283,8 @@ def test_bad_groups_and_too_big_model_fail_before_work():
     g = capture(small_cnn([8], [False], None), (2, 3, 8, 8))
     with pytest.raises(ConfigError, match="does not divide"):
         build_schedule(g, 3)
+    with pytest.raises(ConfigError, match="slices=3 does not divide the batch of 2"):
+        build_schedule(g, 2, slices=3)
     from pimrt import zoo
     big = capture(zoo.build("vgg16", device="meta"), (256, 3, 224, 224))
     with pytest.raises(ConfigError, match="do not fit"):
@@ -431,6 +462,42 @@ def test_host_streaming_tasks_of_a_channel_group_move_only_its_share():
         assert writes.min() == y.base + t.group * (y.nbytes // 2)
 
 
+def test_a_sliced_conv_and_the_pim_after_it_move_only_their_slice():
+    """A CONV run by batch slices writes only its slice of the output (and its slice alone
+    of the input is read besides the weights); the PIM's ReLU on slice s streams that
+    slice's rows."""
+    from pimrt.runtime.placement import place_step
+    from pimrt.runtime.work import context, host_records, pim_records
+    from pimrt.trace.records import READ, WRITE
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                        nn.Linear(8 * 8 * 8, 4))
+    g = capture(net, (4, 3, 8, 8))
+    part = load_part("hbm2_pim")
+    pl = place_step(g, part)
+    ctx = context(g, part, pl)
+    s = build_schedule(g, 1, slices=4)
+    convs = [t for t in s.tasks if t.kind == "conv" and t.phase == "fwd"]
+    assert [t.slice for t in convs] == [0, 1, 2, 3]
+    layer = g[convs[0].layer]
+    x, y, w = pl[f"act:{layer.inputs[0]}"], pl[f"act:{layer.name}"], pl[f"param:{layer.name}"]
+    for t in convs:
+        r = host_records(t, ctx)
+        writes = r["addr"][r["op"] == WRITE]
+        share = y.nbytes // 4
+        assert writes.min() >= y.base + t.slice * share
+        assert writes.max() < y.base + (t.slice + 1) * share
+        reads = r["addr"][r["op"] == READ]
+        inp = reads[(reads >= x.base) & (reads < x.base + x.nbytes)]
+        assert inp.min() >= x.base + t.slice * (x.nbytes // 4)
+        assert inp.max() < x.base + (t.slice + 1) * (x.nbytes // 4)
+        assert ((reads >= w.base) & (reads < w.base + w.nbytes)).any()    # weights, each slice
+    relus = [t for t in s.tasks if t.kind == "relu" and t.phase == "fwd"]
+    assert [t.slice for t in relus] == [0, 1, 2, 3]
+    a, b = (len(pim_records(t, ctx)) for t in relus[:2])
+    assert a == b and a < len(pim_records(
+        dataclasses.replace(relus[0], slice=-1, slices=1, numel=relus[0].numel * 4), ctx))
+
+
 def test_first_convs_weight_gradient_runs_by_group():
     """The first CONV has no dX, so the PIM has no layer below to run during its dW: its dW
     runs by output-channel group, group g right after the batch norm backward of group g; the
@@ -573,3 +640,30 @@ def test_concat_gradient_runs_part_by_part_newest_first():
     r = time_step(g, "authority", 4)
     for t in r.schedule.tasks:
         assert all(r.start[t.id] >= r.end[d] for d in t.deps)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.sampled_from([2, 4, 8]), c=st.integers(1, 5), hw=st.integers(1, 4),
+       shift=st.sampled_from([0.0, 3.0, 30.0]), seed=st.integers(0, 2 ** 16),
+       slices=st.sampled_from([2, 4]))
+def test_batch_norm_statistics_by_slices_agree_with_the_whole_batch(n, c, hw, shift, seed,
+                                                                    slices):
+    """Batch norm's statistics taken per batch slice and combined on the host give the whole
+    batch's mean and variance to within fp32 rounding (against float64), and one slice is
+    the whole-batch computation bit for bit."""
+    from pimrt.pim.golden import GoldenBackend
+    from pimrt.pim.kernels import batchnorm_forward_2pass
+    assume(n % slices == 0)
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, c, hw, hw)) * 2 + shift).astype(np.float32)
+    gamma, beta = np.ones(c, np.float32), np.zeros(c, np.float32)
+    b = GoldenBackend()
+    y1, m1, i1 = batchnorm_forward_2pass(b, x, gamma, beta)
+    ys, ms, is_ = batchnorm_forward_2pass(b, x, gamma, beta, slices=slices)
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=(0, 2, 3))
+    inv = 1 / np.sqrt(x64.var(axis=(0, 2, 3)) + 1e-5)
+    for m, i in ((m1, i1), (ms, is_)):
+        assert np.allclose(m, mean, rtol=1e-6, atol=1e-6 * (abs(shift) + 1))
+        assert np.allclose(i, inv, rtol=1e-4)
+    assert np.abs(ys - y1).max() <= 1e-4 * (np.abs(y1).max() + 1)

@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--groups", type=int, default=4,
                    help="most output-channel groups per CONV (each gets as many as its "
                         "arithmetic intensity covers: docs/runtime.md)")
+    p.add_argument("--slices", type=int, default=None,
+                   help="batch slices of the forward pass (see pimrt run --help; default: the "
+                        "largest divisor of the batch up to 4)")
     p.add_argument("--part", default="hbm2_pim", help="memory part (name or TOML file)")
     p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"),
@@ -61,8 +64,9 @@ def run(args) -> int:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported)
               for m in models}
+    args.slices = session.slices_for(args.batch, args.slices)
     for m, g in graphs.items():  # every check before the first long run
-        session.preflight(g, args.part, args.groups, args.update, args.host_part)
+        session.preflight(g, args.part, args.groups, args.update, args.host_part, args.slices)
     folders = session.folder_names(list(graphs))
     pipelined = any(p != "serial" for p in policies) or args.bound
     spec = {m: _times_spec(args.host_times, folders[m], len(graphs)) for m in graphs}
@@ -70,7 +74,7 @@ def run(args) -> int:
         from pimrt.runtime.host_times import require_cuda
         require_cuda()
     times = {m: session.host_times(g, spec[m], args.groups, args.part, args.host_part,
-                                   args.update, pipelined)
+                                   args.update, pipelined, slices=args.slices)
              if spec[m] != "measure" else (None, None) for m, g in graphs.items()}
     args.out.mkdir(parents=True, exist_ok=True)
     for m, g in graphs.items():          # on the GPU machine: a few seconds per model
@@ -79,7 +83,7 @@ def run(args) -> int:
             times[m] = session.host_times(
                 g, "measure", args.groups, args.part, args.host_part, args.update, pipelined,
                 save_to=args.out / folders[m] / "host_times.json", quiet=args.quiet,
-                meta={"input": args.input})
+                meta={"input": args.input}, slices=args.slices)
     results_path = args.out / "compare.json"
     results: list[dict] = []
     order = {m: i for i, m in enumerate(graphs)}
@@ -116,13 +120,13 @@ def _model_runs(m: str, graph, policies: list[str], args, folder: str, times):
     for policy in ["serial"] + [p for p in policies if p != "serial"]:
         r = session.timed(graph, policy, args.groups if policy != "serial" else 1, args.part,
                           args.host_part, args.quiet, f"{m} {policy}", exchange=args.update,
-                          plan=not args.no_plan, host_times=host_times)
+                          plan=not args.no_plan, host_times=host_times, slices=args.slices)
         if policy == "serial":
             serial = r
             if "serial" not in policies:
                 continue
-        meta = {"model": m, "batch": args.batch, "input": args.input, "part": args.part,
-                "host_times": host_info}
+        meta = {"model": m, "batch": args.batch, "input": args.input, "slices": args.slices,
+                "part": args.part, "host_times": host_info}
         yield report.write_all(r, serial, meta, args.out / folder / policy)
     if args.bound:
         yield _bound(graph, m, args, serial, host_times)
@@ -194,7 +198,7 @@ def _bound(graph, model: str, args, serial, host_times=None) -> dict:
               file=sys.stderr, leave=False) as bar:
         b = contention_free_bound(graph, args.groups, args.part, args.host_part,
                                   progress=bar.update, plan=not args.no_plan,
-                                  host_times=host_times)
+                                  host_times=host_times, slices=args.slices)
     serial_ms = serial.seconds * 1e3
     return {"model": model, "policy": "no_contention", "batch": args.batch, "input": args.input,
             "step_ms": b["step_ms"], "serial_step_ms": serial_ms,

@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--input", type=int, default=32, help="input height and width")
     p.add_argument("--groups", type=int, default=4,
                    help="most output-channel groups per CONV, as the runs to replay use")
+    p.add_argument("--slices", type=int, default=None,
+                   help="batch slices of the forward pass, as the runs to replay use "
+                        "(default as pimrt run)")
     p.add_argument("--part", default="hbm2_pim",
                    help="memory part of the runs to replay (it sets which CONVs are split)")
     p.add_argument("--host-part", default="v100", help="host part of the runs to replay")
@@ -37,11 +40,12 @@ def run(args) -> int:
     from pimrt.runtime.host_times import require_cuda
     require_cuda(what="pimrt host-times")
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
-    session.preflight(graph, args.part, args.groups, args.update, args.host_part)
+    slices = session.slices_for(args.batch, args.slices)
+    session.preflight(graph, args.part, args.groups, args.update, args.host_part, slices)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     _, info = session.host_times(graph, "measure", args.groups, args.part, args.host_part,
                                  args.update, True, save_to=args.out, quiet=args.quiet,
-                                 meta={"input": args.input})
+                                 meta={"input": args.input}, slices=slices)
     print(f"{args.model} batch {args.batch} {args.input}x{args.input}: {info['kernels']} "
           f"CONV/linear kernels timed on {info['device']}, written to {info['path']}; replay "
           f"with pimrt run --host-times {info['path']}")

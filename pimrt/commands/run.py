@@ -25,6 +25,11 @@ def register(subparsers) -> None:
     p.add_argument("--groups", type=int, default=4,
                    help="most output-channel groups per CONV (each gets as many as its "
                         "arithmetic intensity covers: docs/runtime.md)")
+    p.add_argument("--slices", type=int, default=None,
+                   help="batch slices of the forward pass: a CONV whose weights are small "
+                        "beside its feature maps runs slice by slice and the PIM follows slice "
+                        "by slice (default: the largest divisor of the batch up to 4; 1: by "
+                        "output-channel groups only; docs/runtime.md)")
     p.add_argument("--part", default="hbm2_pim", help="memory part (name or TOML file)")
     p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--functional", default="golden",
@@ -67,21 +72,25 @@ def run(args) -> int:
         raise ConfigError(f"unknown policy {args.policy!r}; choose one of {', '.join(POLICIES)}")
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
-    session.preflight(graph, args.part, args.groups, exchange.mode, args.host_part)
+    slices = session.slices_for(args.batch, args.slices)
+    session.preflight(graph, args.part, args.groups, exchange.mode, args.host_part, slices)
     pipelined = args.policy != "serial"
     if args.host_times == "measure":
         from pimrt.runtime.host_times import require_cuda
         require_cuda()
     else:                                    # the model, or a file checked before long work
         times, host_info = session.host_times(graph, args.host_times, args.groups, args.part,
-                                              args.host_part, exchange.mode, pipelined)
+                                              args.host_part, exchange.mode, pipelined,
+                                              slices=slices)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.host_times == "measure":
         times, host_info = session.host_times(
             graph, "measure", args.groups, args.part, args.host_part, exchange.mode, pipelined,
-            save_to=out / "host_times.json", quiet=args.quiet, meta={"input": args.input})
-    meta = {"model": args.model, "batch": args.batch, "input": args.input, "part": args.part,
+            save_to=out / "host_times.json", quiet=args.quiet, meta={"input": args.input},
+            slices=slices)
+    meta = {"model": args.model, "batch": args.batch, "input": args.input, "slices": slices,
+            "part": args.part,
             "host_part": args.host_part, "host_times": host_info}
     if times is not None:
         h = host_info
@@ -92,7 +101,7 @@ def run(args) -> int:
     if args.functional != "none":
         from pimrt.runtime.functional import check_step
         f = check_step(args.model, args.batch, args.input, args.functional, args.groups,
-                       update=exchange.mode, density=exchange.density)
+                       update=exchange.mode, density=exchange.density, slices=slices)
         meta["functional"] = f
         print(f"functional step ({args.functional} backend): max |loss diff| "
               f"{f['loss_abs_diff']:.3g}, max grad rel. diff {f['max_grad_rel_diff']:.3g}, "
@@ -120,12 +129,16 @@ def run(args) -> int:
                            args.layrub, exchange, host_times=times)
     run = serial if args.policy == "serial" else session.timed(
         graph, args.policy, args.groups, args.part, args.host_part, args.quiet, args.policy,
-        args.layrub, exchange, plan=not args.no_plan, host_times=times)
+        args.layrub, exchange, plan=not args.no_plan, host_times=times, slices=slices)
     s = report.write_all(run, serial, meta, out)
     print(f"{args.model} batch {args.batch} {args.input}x{args.input}: {args.policy} "
           f"{s['step_ms']:.3f} ms vs serial {s['serial_step_ms']:.3f} ms -> speedup "
           f"{s['speedup_vs_serial']:.3f}x ({100 * (s['speedup_vs_serial'] - 1):+.1f}%), "
           f"{s['mode_switches']} mode switches, simulated in {s['simulation_wall_s']:.1f} s")
+    if s["sliced_layers"]:
+        convs = sum(1 for n in graph.nodes if n.kind in ("conv", "linear"))
+        print(f"  forward by {slices} batch slices in {len(s['sliced_layers'])} of {convs} "
+              f"CONV/linear layers, by output-channel groups in the others")
     ph = s["phases"]
     print("  of which " + ", ".join(
         f"{name} {ph[k]['ms']:.3f} vs {ph[k]['serial_ms']:.3f} ms ({ph[k]['speedup']:.3f}x)"

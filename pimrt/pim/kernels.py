@@ -502,27 +502,48 @@ def _from_channels(v: np.ndarray, shape) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(v.reshape((C, N) + tuple(shape[2:])), 0, 1))
 
 
-def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5):
+def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5,
+                            slices: int = 1):
     """Training-mode batch norm over (N, C, ...), all channels in a few runs: -> (y, mean,
     invstd). Two-pass variance: the mean from the unit's sums (bn_stats_ch), then
     sum((x - m32) * x) from its dy*xhat reduction (bn_bwd_stats_ch with dy = x, invstd = 1),
     which avoids the cancellation of E[x^2] - mean^2 when the mean is large against the spread,
     corrected on the host for the fp32 mean m32 the unit subtracts; then
     y = (x - mean) * (gamma * invstd) + beta, subtracting the mean first as torch does
-    (bn_bwd_apply_ch with k = 0). Lanes and pieces are added on the host in float64."""
+    (bn_bwd_apply_ch with k = 0). Lanes and pieces are added on the host in float64.
+
+    slices: the statistics are taken per batch slice (N / slices samples each: the slice's
+    mean, then its sum of squared deviations from it) and combined on the host in float64
+    (Chan et al.: M2 = sum of the slices' M2 + n_s (m_s - m)^2), so that a slice's statistics
+    can run as soon as the host has written it (the forward pass by batch slices,
+    pimrt.runtime.schedule). With slices = 1 this is the whole-batch computation, bit for bit."""
     x, C = _channels(x)
-    xc = _by_channel(x)
-    n = xc.shape[1]
-    s0 = run_channels(backend, "bn_stats_ch", {"x": xc}).acc.sum(axis=-1)     # (C, 2)
-    m = s0[:, 0] / n
-    m32 = m.astype(np.float32)                       # the unit subtracts the fp32 scalar
-    s = run_channels(backend, "bn_bwd_stats_ch", {"x": xc, "dy": xc},
-                     {"mean": m32, "invstd": np.ones(C, np.float32)}).acc.sum(axis=-1)
-    # sum((x - m)^2) = sum(x (x - m32)) + (m32 - m) sum(x), with sum(x - m) = 0
-    var = np.maximum((s[:, 1] + (m32.astype(np.float64) - m) * s[:, 0]) / n, 0.0)
+    N = x.shape[0]
+    if slices < 1 or N % slices:
+        raise PimError(f"batch norm: {slices} slices do not divide the batch of {N}")
+    sums, means, m2s, counts = [], [], [], []
+    for b in range(slices):
+        xc = _by_channel(x[b * N // slices:(b + 1) * N // slices])
+        nb = xc.shape[1]
+        s0 = run_channels(backend, "bn_stats_ch", {"x": xc}).acc.sum(axis=-1)     # (C, 2)
+        mb = s0[:, 0] / nb
+        mb32 = mb.astype(np.float32)                 # the unit subtracts the fp32 scalar
+        s = run_channels(backend, "bn_bwd_stats_ch", {"x": xc, "dy": xc},
+                         {"mean": mb32, "invstd": np.ones(C, np.float32)}).acc.sum(axis=-1)
+        # sum((x - mb)^2) = sum(x (x - mb32)) + (mb32 - mb) sum(x), with sum(x - mb) = 0
+        m2s.append(s[:, 1] + (mb32.astype(np.float64) - mb) * s0[:, 0])
+        sums.append(s0[:, 0])
+        means.append(mb)
+        counts.append(nb)
+    n = sum(counts)
+    m = sum(sums) / n if slices > 1 else means[0]
+    m2 = m2s[0] if slices == 1 else \
+        sum(q + nb * (mb - m) ** 2 for q, nb, mb in zip(m2s, counts, means))
+    var = np.maximum(m2 / n, 0.0)
     inv = 1.0 / np.sqrt(var + eps)
+    m32 = m.astype(np.float32)
     g64 = np.asarray(gamma, np.float32).astype(np.float64)
-    r = run_channels(backend, "bn_bwd_apply_ch", {"x": xc, "dy": xc},
+    r = run_channels(backend, "bn_bwd_apply_ch", {"x": _by_channel(x), "dy": _by_channel(x)},
                      {"mean": m32, "c1": g64 * inv, "c0": np.asarray(beta, np.float32),
                       "k": np.zeros(C, np.float32)})
     y = _from_channels(r.outputs["dx"], x.shape)

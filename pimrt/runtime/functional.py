@@ -89,10 +89,11 @@ class _Add(torch.autograd.Function):
         return dy, dy, None
 
 
-def batchnorm_forward_2pass(backend, x, gamma, beta, eps: float):
+def batchnorm_forward_2pass(backend, x, gamma, beta, eps: float, slices: int = 1):
     """Training-mode batch norm on the PIM with a two-pass variance (see
-    pimrt.pim.kernels.batchnorm_forward_2pass): all channels of x in a few kernel runs."""
-    return kernels.batchnorm_forward_2pass(backend, x, gamma, beta, eps)
+    pimrt.pim.kernels.batchnorm_forward_2pass): all channels of x in a few kernel runs, the
+    statistics per batch slice."""
+    return kernels.batchnorm_forward_2pass(backend, x, gamma, beta, eps, slices)
 
 
 class _BatchNorm(torch.autograd.Function):
@@ -104,8 +105,8 @@ class _BatchNorm(torch.autograd.Function):
         mean = np.empty(xs.shape[1], np.float32)
         invstd = np.empty(xs.shape[1], np.float32)
         for s in _groups(xs.shape[1], pim.groups):
-            y[:, s], mean[s], invstd[s] = batchnorm_forward_2pass(pim.backend, xs[:, s],
-                                                                  gamma[s], beta[s], eps)
+            y[:, s], mean[s], invstd[s] = batchnorm_forward_2pass(
+                pim.backend, xs[:, s], gamma[s], beta[s], eps, pim.slices)
         ctx.save_for_backward(x, weight)
         ctx.mean, ctx.invstd, ctx.pim = mean, invstd, pim
         return _t(y, x), _t(mean, x), _t(invstd, x)
@@ -142,15 +143,18 @@ class _MaskedReLU(torch.autograd.Function):
 
 
 class PimOps:
-    """The backend and group count the PIM functions use. record_masks: keep every ReLU
-    mask of the PIM step in self.masks (call by call); replay (torch backend only): a list of
-    such masks that the torch ReLUs use instead of their own, in the same order."""
+    """The backend, channel group count and batch slices the PIM functions use (batch norm
+    takes its statistics per batch slice: pimrt.pim.kernels.batchnorm_forward_2pass).
+    record_masks: keep every ReLU mask of the PIM step in self.masks (call by call); replay
+    (torch backend only): a list of such masks that the torch ReLUs use instead of their own,
+    in the same order."""
 
     def __init__(self, backend: str, groups: int = 1, record_masks: bool = False,
-                 replay: list | None = None):
+                 replay: list | None = None, slices: int = 1):
         self.name = backend
         self.backend = make_backend(backend)
         self.groups = groups
+        self.slices = slices
         self.masks = [] if record_masks else None
         self.replay, self.replayed, self.flips = replay, 0, 0
 
@@ -349,10 +353,12 @@ def _gradsa_step_pim(model, backend, lr, config):
 
 def check_step(model_name: str, batch: int, input_size: int, backend: str = "golden",
                groups: int = 4, lr: float = 0.1, momentum: float = 0.9, wd: float = 5e-4,
-               seed: int = 0, update: str = "sgd", density: float = 0.001) -> dict:
+               seed: int = 0, update: str = "sgd", density: float = 0.001,
+               slices: int = 1) -> dict:
     """One training step with the PIM ops on `backend` against a plain torch step: loss,
     every gradient and every updated parameter compared; channel groups checked to give the
-    same numbers as no groups. update "gradsa"/"laysa": the update is GradSA's (one rank,
+    same numbers as no groups. slices: batch norm's statistics per batch slice, as the
+    forward pass by batch slices takes them (pimrt.runtime.schedule). update "gradsa"/"laysa": the update is GradSA's (one rank,
     momentum correction `momentum`, weight decay `wd`, `density`) on both sides, and the PIM's
     update is also checked against GradSA in torch on the PIM step's own gradients."""
     from pimrt import zoo
@@ -378,7 +384,9 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
         _sgd_step_torch(ref, lr, momentum, wd)
     torch_wall = time.perf_counter() - t0
 
-    ops = PimOps(backend, groups, record_masks=True)
+    if slices < 1 or batch % slices:
+        raise ConfigError(f"slices={slices} does not divide the batch of {batch}")
+    ops = PimOps(backend, groups, record_masks=True, slices=slices)
     gm = to_pim(pim_model, ops)
     t0 = time.perf_counter()
     logits = gm(x)
@@ -440,11 +448,12 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
         probe = copy.deepcopy(zoo.build(model_name, input_size=input_size)).to(device).train()
         probe.load_state_dict(zoo.build(model_name, input_size=input_size).state_dict())
         torch.manual_seed(seed + 1)
-        xp = torch.randn(2, 3, input_size, input_size, device=device)
-        a = to_pim(probe, PimOps(backend, groups))(xp)
-        b = to_pim(probe, PimOps(backend, 1))(xp)
+        xp = torch.randn(2 * slices, 3, input_size, input_size, device=device)
+        a = to_pim(probe, PimOps(backend, groups, slices=slices))(xp)
+        b = to_pim(probe, PimOps(backend, 1, slices=slices))(xp)
         same = bool(torch.equal(a, b))
-    return {"backend": backend, "groups": groups, "loss": float(loss.detach()),
+    return {"backend": backend, "groups": groups, "slices": slices,
+            "loss": float(loss.detach()),
             "loss_ref": float(loss_ref.detach()),
             "loss_abs_diff": abs(float(loss.detach()) - float(loss_ref.detach())),
             "max_grad_rel_diff": grad_diff, "max_param_rel_diff": param_diff,

@@ -2,8 +2,8 @@
 
 By default each host CONV/linear task's compute comes from the host part's model
 (pimrt.host, the V100 preset). With a CUDA GPU the runtime can time the real kernels instead:
-every (layer, phase, output-channel group) the step's schedules run, the serial baseline's
-whole layers and the pipelined run's groups (`kernels`), is timed by
+every (layer, phase, output-channel group, samples) the step's schedules run, the serial
+baseline's whole layers and the pipelined run's groups and batch slices (`kernels`), is timed by
 pimrt.host.measure_compute_ms (`measure`). The times replace the modelled compute of those
 tasks; their DRAM requests still go through memctl, so a task takes about max(measured
 compute, its memory time under contention).
@@ -15,8 +15,11 @@ before any simulation, with what and where.
 
     {"format": "pimrt-host-times/1", "model": "resnet18", "batch": 32,
      "input_shape": [32, 3, 32, 32], "device": "NVIDIA H200", "torch": "2.13.0",
-     "kernels": [{"layer": "conv1", "phase": "forward", "channels": [0, 32], "ms": 0.0213},
-                 ...]}
+     "kernels": [{"layer": "conv1", "phase": "forward", "channels": [0, 32], "samples": 32,
+                  "ms": 0.0213}, ...]}
+
+"samples" (how many images the kernel runs on: the batch, or one batch slice of the forward
+pass) may be left out and is then the batch.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from pimrt.runtime.schedule import Schedule, build_schedule
 from pimrt.runtime.work import host_kernel
 
 FORMAT = "pimrt-host-times/1"
-Kernel = tuple  # (layer, phase, lo, hi)
+Kernel = tuple  # (layer, phase, lo, hi, samples)
 
 
 def kernels(schedules: Iterable[Schedule], graph: LayerGraph) -> list[Kernel]:
@@ -48,14 +51,16 @@ def kernels(schedules: Iterable[Schedule], graph: LayerGraph) -> list[Kernel]:
 
 
 def step_kernels(graph: LayerGraph, groups: int, group_count, exchange: str = "sgd",
-                 pipelined: bool = True) -> list:
+                 pipelined: bool = True, slices: int = 1, slice_rule=None) -> list:
     """The kernels of a serial step and, with `pipelined`, of a pipelined one with `groups`
-    (each CONV split as group_count says): what `pimrt run` and `pimrt compare` time. Moving
-    weight gradients (pimrt.runtime.plan) changes where tasks run, not which."""
+    (each CONV split as group_count says) and its forward pass by `slices` batch slices
+    where slice_rule says: what `pimrt run` and `pimrt compare` time. Moving weight
+    gradients (pimrt.runtime.plan) changes where tasks run, not which."""
     schedules = [build_schedule(graph, 1, pipelined=False, exchange=exchange)]
     if pipelined:
         schedules.append(build_schedule(graph, groups, pipelined=True, group_count=group_count,
-                                        exchange=exchange))
+                                        exchange=exchange, slices=slices,
+                                        slice_rule=slice_rule))
     return kernels(schedules, graph)
 
 
@@ -80,13 +85,13 @@ def measure(graph: LayerGraph, wanted: list[Kernel], device="cuda",
     """Time each kernel on the GPU (the median of `repeats` after `warmup` runs)."""
     require_cuda(device)
     out = {}
-    for layer, phase, lo, hi in wanted:
-        ms = measure_compute_ms(graph[layer], graph.batch, phase, (lo, hi), device,
+    for layer, phase, lo, hi, samples in wanted:
+        ms = measure_compute_ms(graph[layer], samples, phase, (lo, hi), device,
                                 warmup=warmup, repeats=repeats)
         if ms is None:                       # the GPU went away between the check and here
             raise ConfigError(f"could not time {layer} {phase} channels {lo}..{hi} on "
                               f"{device}: torch sees no CUDA GPU")
-        out[(layer, phase, lo, hi)] = float(ms)
+        out[(layer, phase, lo, hi, samples)] = float(ms)
         if progress:
             progress(1)
     return out
@@ -97,8 +102,8 @@ def save(path, times: dict[Kernel, float], meta: dict) -> pathlib.Path:
     path = pathlib.Path(path)
     head = {"format": FORMAT, **meta}
     lines = [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
-    rows = [json.dumps({"layer": k[0], "phase": k[1], "channels": [k[2], k[3]], "ms": ms})
-            for k, ms in times.items()]
+    rows = [json.dumps({"layer": k[0], "phase": k[1], "channels": [k[2], k[3]],
+                        "samples": k[4], "ms": ms}) for k, ms in times.items()]
     path.write_text("{\n" + "\n".join(lines) + '\n "kernels": [\n  '
                     + ",\n  ".join(rows) + "\n ]\n}\n")       # one kernel a line
     return path
@@ -159,17 +164,26 @@ def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
                 or ms <= 0:
             raise ConfigError(f"{where}: ms {ms!r}, expected a positive number of "
                               f"milliseconds")
-        times[(layer, phase, ch[0], ch[1])] = float(ms)
+        samples = rec.get("samples", graph.batch)
+        if type(samples) is not int or not 1 <= samples <= graph.batch \
+                or graph.batch % samples:
+            raise ConfigError(f"{where}: samples {samples!r}, expected a divisor of the "
+                              f"batch ({graph.batch}): the images the kernel ran on")
+        times[(layer, phase, ch[0], ch[1], samples)] = float(ms)
     return times, {k: v for k, v in doc.items() if k not in ("kernels", "format")}
 
 
 def check_covers(times: dict[Kernel, float], wanted: list[Kernel], source: str) -> None:
     """Every kernel the run needs has a time, or an error listing what is missing."""
     missing = [k for k in wanted if k not in times]
+    k_batch = max((k[4] for k in wanted), default=0)
     if missing:
-        shown = "; ".join(f"{k[0]} {k[1]} channels {k[2]}..{k[3]}" for k in missing[:3])
+        shown = "; ".join(f"{k[0]} {k[1]} channels {k[2]}..{k[3]}"
+                          + (f" on {k[4]} images" if k[4] != k_batch else "")
+                          for k in missing[:3])
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise ConfigError(
             f"{source} has no time for {len(missing)} of the {len(wanted)} host kernels this "
             f"run needs: {shown}{more}; measure them on a GPU machine (pimrt host-times, "
-            f"or --host-times measure) with the same model, batch, input and --groups")
+            f"or --host-times measure) with the same model, batch, input, --groups and "
+            f"--slices")

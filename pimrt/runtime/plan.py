@@ -34,7 +34,7 @@ MIN_GAIN = 0.0005
 
 def task_key(t: Task) -> tuple:
     """What identifies a task across schedules that differ only in order."""
-    return (t.layer, t.kind, t.phase, t.group, t.part)
+    return (t.layer, t.kind, t.phase, t.group, t.part, t.slice)
 
 
 def list_schedule(schedule: Schedule, duration: dict) -> tuple[int, np.ndarray, np.ndarray]:

@@ -80,6 +80,10 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
         # weight gradients the plan moved later in the host's backward order: CONV -> the
         # CONV whose backward they now precede (pimrt.runtime.plan)
         "deferred_weight_gradients": dict(run.deferred),
+        # CONV/linear layers whose forward pass ran by batch slices (pimrt.runtime.schedule)
+        "sliced_layers": list(dict.fromkeys(t.layer for t in run.schedule.tasks
+                                            if t.slice >= 0 and t.side == "host"
+                                            and t.kind in ("conv", "linear"))),
     }
     if run.exchange is not None:
         from pimrt.runtime.exchange import footprint

@@ -24,6 +24,13 @@ With `exchange="gradsa"` or `"laysa"` each layer's SGD update becomes GradSA's s
 exchange (fold, sample, select, exchange, apply; LaySA: fetch and evict of the layer's
 momentum and residual too): pimrt.runtime.exchange.
 
+Forward by batch slices (`slices`, and `slice_rule` saying which CONVs): a sliced CONV runs
+as `slices` tasks, each on its share of the batch and needing only that share of its input,
+and the PIM ops after it follow slice by slice (batch norm as each slice's statistics, then
+each slice normalised once all statistics are in), so the host starts the next CONV on slice 0
+while the PIM finishes this one: the pipeline runs across layers. Where a sliced tensor meets
+one in channel groups, the task waits for all of it. Backward stays by channel groups.
+
 Two finer dependencies: a channel concatenation (DenseNet) is copied part by part, and batch
 norm and ReLU on it run per part, each part as soon as its producer is done (the earlier
 layers' features are normalised while the host computes the newest); a split depthwise CONV's
@@ -61,11 +68,14 @@ class Task:
     part: int = -1            # concat part it works on (see `span`), or -1
     span: tuple[float, float] | None = None   # the slice of its tensors (fractions of the
                                               # channels) when it works on one concat part
+    slice: int = -1           # batch slice it works on (forward by batch slices), or -1
+    slices: int = 1           # how many batch slices the step's forward pass is cut into
 
     @property
     def label(self) -> str:
         g = f"[{self.group}/{self.groups}]" if self.group >= 0 else \
-            (f"[part {self.part}]" if self.part >= 0 else "")
+            (f"[part {self.part}]" if self.part >= 0 else
+             (f"[b{self.slice}/{self.slices}]" if self.slice >= 0 else ""))
         return f"{self.layer}.{self.phase}{g}"
 
 
@@ -112,7 +122,8 @@ def _split(n: int, groups: int) -> list[tuple[int, int]]:
 
 def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                    update: bool = True, group_count=None, exchange: str = "sgd",
-                   defer: dict[str, str] | None = None) -> Schedule:
+                   defer: dict[str, str] | None = None, slices: int = 1,
+                   slice_rule=None) -> Schedule:
     """Tasks of one training step (forward, loss, backward, SGD update).
 
     exchange: "sgd" (a plain SGD update per layer on the PIM), "gradsa" or "laysa" (sparse
@@ -122,6 +133,10 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     pipelined=False gives the serial baseline's task graph (one group, every task waits for
     the whole previous step). group_count(layer) -> int, when given, is each CONV's own
     group count, at most `groups` (1: it runs whole; see pimrt.runtime.timing.group_rule).
+
+    slices: the batch slices of the forward pass (must divide the batch; 1: none);
+    slice_rule(layer) -> bool says which CONVs run by slices (default: all;
+    pimrt.runtime.timing.slice_rule). The serial baseline has none.
 
     defer: {CONV: later CONV} moves a CONV's weight gradient (dW, and so its update) later in
     the host's backward order, to just before the later CONV's backward (its dX, or its dW
@@ -145,9 +160,10 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     tasks: list[Task] = []
 
     def task(side, layer, kind, phase, group, ngroups, deps, numel=0, tensors=None, part=-1,
-             span=None) -> int:
+             span=None, slice_=-1) -> int:
         tasks.append(Task(len(tasks), side, layer, kind, phase, group, ngroups,
-                          sorted(set(deps)), numel, tensors or {}, part, span))
+                          sorted(set(deps)), numel, tensors or {}, part, span,
+                          slice_, slices if slice_ >= 0 else 1))
         return len(tasks) - 1
 
     base = {}  # tensor -> the tensor it is a view of (flatten)
@@ -163,15 +179,29 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     # tensors produced in concat parts: tensor -> [(lo, hi)] channel fractions, one per task
     parts: dict[str, list[tuple[float, float]]] = {}
 
-    def deps_for(tensor: str, g: int, ngroups: int) -> list[int]:
+    # tensors produced by batch slice in forward: tensor -> its tasks are one per slice
+    sliced: set[str] = set()
+
+    def deps_for(tensor: str, g: int, ngroups: int, s: int = -1) -> list[int]:
         p = prod.get(real(tensor), [])
         if not p:
             return []
+        if real(tensor) in sliced:
+            return [p[s]] if s >= 0 else list(p)
         if len(p) == ngroups and g >= 0 and real(tensor) not in parts:
             return [p[g]]
         return list(p)
 
+    def count(tensor: str) -> int:
+        """The channel groups a forward tensor came in (a sliced one: whole)."""
+        return 1 if real(tensor) in sliced else len(prod.get(real(tensor), []))
+
     order = step_order(graph)
+    if not pipelined:
+        slices = 1
+    if slices < 1 or graph.batch % slices:
+        raise ConfigError(f"slices={slices} does not divide the batch of {graph.batch}")
+    ngs: dict[str, int] = {}   # backward: each tensor's output-channel groups
     for layer in order:
         kind, name = layer.kind, layer.name
         if kind in ("input", "output"):
@@ -188,7 +218,17 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                 if ng < 1 or cout % ng:
                     raise ConfigError(f"{name}: {ng} groups do not divide its {cout} output "
                                       f"channels")
-            dw = channelwise(layer, ng) and ins[0] not in parts
+            ngs[name] = ng
+            if slices > 1 and (slice_rule is None or slice_rule(layer)):
+                # by batch slice: slice s needs slice s of its input only
+                prod[name] = [task("host", name, kind, "fwd", -1, 1,
+                                   [d for i in ins for d in deps_for(i, -1, 0, s)],
+                                   layer.numel // slices,
+                                   {"input": (ins[0], size[ins[0]]), "output": (name, size[name])},
+                                   slice_=s) for s in range(slices)]
+                sliced.add(name)
+                continue
+            dw = channelwise(layer, ng) and ins[0] not in parts and ins[0] not in sliced
             prod[name] = []
             for g, (lo, hi) in enumerate(_split(cout, ng)):
                 # a depthwise CONV's group g reads only group g of its input
@@ -207,13 +247,35 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                                        round(layer.numel * (hi - lo)),
                                        {"input": (ins[0], size[ins[0]]),
                                         "output": (name, size[name])}, k, (lo, hi)))
+        elif kind in ELEMENTWISE_PIM and any(i in sliced for i in ins) \
+                and all(i in sliced or count(i) <= 1 for i in ins):
+            # a sliced input (and the others whole): slice by slice. Batch norm needs the
+            # statistics of the whole batch: each slice's (its mean and variance, combined on
+            # the host) as the slices arrive, then each slice normalised once all are in
+            bwd = [ngs.get(i, 0) for i in ins]
+            ngs[name] = max(bwd + [1]) if all(c in (max(bwd + [1]), 1, 0) for c in bwd) else 1
+            numel = max(math.prod(layer.input_shapes[0]), layer.numel) // slices
+            io = {"input": (ins[0], size[ins[0]]), "output": (name, size[name])}
+            side = "pim" if runs_on_pim(layer, "fwd") else "host"
+            if kind == "batchnorm" and side == "pim":
+                stats = [task("pim", name, "batchnorm_stats", "fwd", -1, 1,
+                              deps_for(ins[0], -1, 0, s), numel, io, slice_=s)
+                         for s in range(slices)]
+                prod[name] = [task("pim", name, "batchnorm_apply", "fwd", -1, 1, stats, numel,
+                                   io, slice_=s) for s in range(slices)]
+            else:
+                prod[name] = [task(side, name, kind, "fwd", -1, 1,
+                                   [d for i in ins for d in deps_for(i, -1, 0, s)], numel, io,
+                                   slice_=s) for s in range(slices)]
+            sliced.add(name)
         elif kind in ELEMENTWISE_PIM:
             # as many groups as its grouped inputs; an input made whole (one task) is complete
             # before any group starts, so a residual add of a grouped branch and a whole
             # shortcut still runs group by group (and the ReLU after it, and the next CONV)
-            ng = max([len(prod.get(i, [])) for i in ins] + [1])
-            if any(len(prod.get(i, [])) not in (ng, 1, 0) or i in parts for i in ins):
+            ng = max([count(i) for i in ins] + [1])
+            if any(count(i) not in (ng, 1, 0) or i in parts for i in ins):
                 ng = 1
+            ngs[name] = ng
             prod[name] = []
             for g in range(ng):
                 deps = [d for i in ins for d in deps_for(i, g if ng > 1 else -1, ng)]
@@ -246,6 +308,8 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             prod[name] = [task("host", name, kind, "fwd", -1, 1, deps, layer.numel,
                                {"input": (ins[0], size[ins[0]]), "output": (name, size[name])})]
 
+    for tensor, p in prod.items():
+        ngs.setdefault(tensor, len(p))
     # the loss, on the host: reads the logits, writes their gradient
     out_node = graph.nodes[-1]
     logits = real(out_node.inputs[0]) if out_node.inputs else graph.nodes[-2].name
@@ -385,7 +449,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         kind, name = layer.kind, layer.name
         if kind in ("input", "output") or layer.view_of:
             continue
-        ng = 1 if name in parts else (len(prod.get(name, [])) or 1)
+        ng = 1 if name in parts else (ngs.get(name) or len(prod.get(name, [])) or 1)
         gout = grad_of(name, ng)
         ins = [real(i) for i in layer.inputs]
         if kind in HOST_COMPUTE:
@@ -539,6 +603,10 @@ def _group_major(tasks: list[Task]) -> list[Task]:
             i += 1
             continue
         run = tasks[i:j]
+        if any(t.slice >= 0 for t in run) and all(t.group < 0 for t in run):
+            out.extend(_slice_major(run))
+            i = j
+            continue
         key = {t.id: (t.group if t.group >= 0 else
                       (t.part if t.phase == "fwd" else -t.part) if t.part >= 0 else 1 << 30, k)
                for k, t in enumerate(run)}
@@ -548,6 +616,24 @@ def _group_major(tasks: list[Task]) -> list[Task]:
             run = ordered
         out.extend(run)
         i = j
+    return out
+
+
+def _slice_major(run: list[Task]) -> list[Task]:
+    """A run of PIM tasks of the forward pass by batch slices, slice by slice as far as
+    their dependencies allow (a batch norm's statistics of every slice come before its first
+    normalised slice; then normalisation, ReLU and add of slice 0, of slice 1, ...): each
+    time the ready task of the lowest slice, ties in creation order."""
+    ids = {t.id for t in run}
+    done: set[int] = set()
+    left = list(run)
+    out = []
+    while left:
+        ready = [t for t in left if all(d not in ids or d in done for d in t.deps)]
+        t = min(ready, key=lambda t: (t.slice if t.slice >= 0 else 1 << 30, left.index(t)))
+        out.append(t)
+        done.add(t.id)
+        left.remove(t)
     return out
 
 

@@ -60,48 +60,61 @@ def folder_names(models: list[str]) -> dict[str, str]:
     return out
 
 
+DEFAULT_SLICES = 4     # most batch slices of the forward pass (docs/runtime.md)
+
+
+def slices_for(batch: int, slices: int | None = None) -> int:
+    """The forward pass's batch slices: `slices` as given (checked by build_schedule), or by
+    default the largest divisor of the batch up to DEFAULT_SLICES."""
+    if slices is not None:
+        return slices
+    return max(d for d in range(1, DEFAULT_SLICES + 1) if batch % d == 0)
+
+
 def preflight(graph, part: str, groups: int, exchange: str = "sgd",
-              host_part: str | None = None) -> None:
+              host_part: str | None = None, slices: int = 1) -> None:
     """Errors a run would hit, found before any simulation: a host part that does not load, a
-    memory part without PIM units, groups that do not divide, tensors that do not fit the
-    memory."""
+    memory part without PIM units, groups or slices that do not divide, tensors that do not
+    fit the memory."""
     from pimrt.host import load_host_part
     from pimrt.runtime.timing import require_pim
     if host_part is not None:
         load_host_part(host_part)
     p = load_part(part)
     require_pim(p)
-    build_schedule(graph, groups, exchange=exchange)
+    build_schedule(graph, groups, exchange=exchange, slices=slices)
     place_step(graph, p, exchange)
 
 
 def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,
           desc: str = "", layrub: bool = False, exchange=None, plan: bool = True,
-          host_times=None):
+          host_times=None, slices: int = 1):
     from tqdm import tqdm
     bar = tqdm(unit="rec", unit_scale=True, desc=desc or policy, disable=quiet or None,
                file=sys.stderr, leave=False)
     try:
         return time_step(graph, policy, groups, part=part, host_part=host_part,
                          progress=bar.update, layrub=layrub, exchange=exchange, plan=plan,
-                         host_times=host_times)
+                         host_times=host_times, slices=slices)
     finally:
         bar.close()
 
 
 def host_times(graph, spec: str, groups: int, part: str, host_part: str,
                exchange: str = "sgd", pipelined: bool = True, save_to=None,
-               quiet: bool = False, meta: dict | None = None):
+               quiet: bool = False, meta: dict | None = None, slices: int = 1):
     """`--host-times`: the host kernel times a run uses, and what to report about them.
     "model": None (the host part's model). "measure": every kernel the run needs timed on
     the CUDA GPU, written to `save_to`. Anything else: a JSON file of times (as "measure"
     writes it), checked against the model and the run. Errors come before any simulation."""
     from pimrt.runtime import host_times as ht
-    from pimrt.runtime.timing import group_rule, step_part
+    from pimrt.runtime.timing import group_rule, slice_rule, step_part
     if spec == "model":
         return None, {"source": "model", "host_part": str(host_part)}
-    count = group_rule(step_part(part, host_part), host_part, groups) if pipelined else None
-    wanted = ht.step_kernels(graph, groups, count, exchange, pipelined)
+    p = step_part(part, host_part)
+    count = group_rule(p, host_part, groups) if pipelined else None
+    wanted = ht.step_kernels(graph, groups, count, exchange, pipelined, slices,
+                             slice_rule(p, slices))
     if spec != "measure":
         if pathlib.Path(spec).is_dir():           # the --out folder of a measuring run
             spec = str(pathlib.Path(spec) / "host_times.json")

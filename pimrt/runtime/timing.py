@@ -166,6 +166,26 @@ def group_rule(part, host_part, groups: int = 4):
     return count
 
 
+def slice_rule(part, slices: int = 4):
+    """Which CONVs run their forward pass by batch slices (pimrt.runtime.schedule). Every
+    slice reads the layer's weights again, so a CONV is sliced when its weights, read
+    `slices` - 1 more times, come to at most its input and output (its feature maps are read
+    and written once either way); and each slice's output must fill at least one row span of
+    the part (one row of every bank of every channel): the PIM's all-bank commands on a
+    smaller slice leave banks idle, and its tasks and mode switches multiply for little
+    work. The others keep output-channel groups (the group rule). (Batch 32, 4 slices,
+    32x32: ResNet-18 15.116 -> 14.480 ms, VGG-16 8.462 -> 8.265 ms; every CONV sliced: 14.882
+    and 8.770; without the row-span condition DenseNet-121 took 68.408 ms against 67.65
+    unsliced; docs/runtime-measurements.md.)"""
+    span = part.capacity_bytes // part.org["rows"]
+
+    def sliced(layer) -> bool:
+        inputs = sum(int(np.prod(s)) for s in layer.input_shapes) * layer.itemsize
+        return (slices - 1) * layer.param_bytes <= inputs + layer.bytes \
+            and layer.bytes // slices >= span
+    return sliced
+
+
 def require_pim(part) -> None:
     """A co-execution step needs a part whose file has a [pim] table (the units beside the
     banks); a plain DRAM part (hbm2, ddr4) can only run memsim traces."""
@@ -219,7 +239,8 @@ _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
 
 
 def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_width: int = 4,
-                     progress=None, plan: bool = True, exchange=None, host_times=None):
+                     progress=None, plan: bool = True, exchange=None, host_times=None,
+                     slices: int = 1):
     """The pipelined schedule with its weight gradients placed by pimrt.runtime.plan (on the
     tasks' durations alone), those durations, and the plan ({CONV: later CONV}). exchange:
     an ExchangeConfig for GradSA's schedule (default: the SGD update). Kept for the graph's
@@ -228,12 +249,12 @@ def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_widt
     exchange = exchange or ExchangeConfig()
     key = (groups, _part_key(part), str(host_part), issue_width, plan,
            repr(exchange.as_dict()),
-           hash(frozenset(host_times.items())) if host_times else None)
+           hash(frozenset(host_times.items())) if host_times else None, slices)
     for g, k, result in _PLANNED:
         if g is graph and k == key:
             return result
     result = _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange,
-                   host_times)
+                   host_times, slices)
     _PLANNED.append((graph, key, result))
     del _PLANNED[:-4]
     return result
@@ -245,13 +266,15 @@ def _part_key(part) -> tuple:
                                                     part.pim or {})))
 
 
-def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange, host_times):
+def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange, host_times,
+          slices):
     from pimrt.runtime.plan import plan_deferrals
     count = group_rule(part, host_part, groups)
 
     def build(defer):
         return build_schedule(graph, groups, pipelined=True, group_count=count, defer=defer,
-                              exchange=exchange.mode)
+                              exchange=exchange.mode, slices=slices,
+                              slice_rule=slice_rule(part, slices))
     schedule = build({})
     duration = alone_durations(schedule, graph, part, host_part, issue_width, progress,
                                exchange, host_times)
@@ -263,7 +286,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
               part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
               options: dict | None = None, rule: bool | None = None,
               layrub: bool = False, exchange=None, plan: bool = True,
-              host_times=None) -> StepTiming:
+              host_times=None, slices: int = 1) -> StepTiming:
     """Time one training step of `graph` (captured at its batch) under `policy`. The serial
     policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
     on for authority unless options fix the parameters) sets the authority parameters per
@@ -287,11 +310,12 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     if pipelined and plan and exchange.mode in ("sgd", "gradsa") and not layrub:
         schedule, _, defer = planned_schedule(graph, groups, p, host_part, issue_width,
                                               progress, exchange=exchange,
-                                              host_times=host_times)
+                                              host_times=host_times, slices=slices)
     else:
         schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
                                   group_count=group_rule(p, host_part, groups)
-                                  if pipelined else None, exchange=exchange.mode)
+                                  if pipelined else None, exchange=exchange.mode,
+                                  slices=slices, slice_rule=slice_rule(p, slices))
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
                            options, rule, layrub, exchange, placement, host_times)
     timing.deferred = defer
@@ -351,7 +375,7 @@ def _task_times(ctl, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
                           host_part="v100", issue_width: int = 4, progress=None,
-                          plan: bool = True, host_times=None) -> dict:
+                          plan: bool = True, host_times=None, slices: int = 1) -> dict:
     """The pipelined step as if host and PIM each had the memory to themselves: every task of
     the co-execution schedule (with its planned weight gradients, as time_step runs it) is
     timed through memctl alone (host and PIM never at once: a barrier whenever the side
@@ -362,7 +386,8 @@ def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
     from pimrt.runtime.plan import list_schedule, task_key
     p = step_part(part, host_part)
     schedule, duration, _ = planned_schedule(graph, groups, p, host_part, issue_width,
-                                             progress, plan, host_times=host_times)
+                                             progress, plan, host_times=host_times,
+                                             slices=slices)
     makespan = list_schedule(schedule, duration)[0]
     busy = {side: int(sum(duration[task_key(t)] for t in schedule.tasks if t.side == side))
             for side in ("host", "pim")}

@@ -13,6 +13,7 @@ about max(compute, memory) as on a GPU that overlaps the two.
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 from typing import Mapping
 
@@ -39,6 +40,13 @@ KERNELS = {
                            ("bn_bwd_stats", [("R", "input", 1), ("R", "input", 1)]),
                            ("bn_bwd_apply", [("R", "input", 1), ("R", "input", 1),
                                              ("W", "output", 1)])],
+    # the same, split for the forward pass by batch slices (pimrt.runtime.schedule): the
+    # statistics of each slice as it arrives (its own mean, then its two-pass variance),
+    # combined on the host; the normalisation of each slice once every slice's are in
+    ("batchnorm_stats", "fwd"): [("bn_stats", [("R", "input", 1)]),
+                                 ("bn_bwd_stats", [("R", "input", 1), ("R", "input", 1)])],
+    ("batchnorm_apply", "fwd"): [("bn_bwd_apply", [("R", "input", 1), ("R", "input", 1),
+                                                   ("W", "output", 1)])],
     ("relu", "fwd"): [("relu_fwd", [("R", "input", 1), ("W", "output", 1), ("W", "mask", 1 / 32)])],
     ("relu6", "fwd"): [("relu_fwd", [("R", "input", 1), ("W", "output", 1), ("W", "mask", 1 / 32)])],
     ("add", "fwd"): [("residual_add", [("R", "input", 1), ("R", "input2", 1), ("W", "output", 1)])],
@@ -140,16 +148,18 @@ def _weight(layer):
     raise KeyError(f"{layer.name} has no weight")
 
 
-def host_kernel(task: Task, graph: LayerGraph) -> tuple[str, str, int, int] | None:
+def host_kernel(task: Task, graph: LayerGraph) -> tuple[str, str, int, int, int] | None:
     """The kernel a host CONV/linear task runs: (layer, phase as pimrt.host names it,
-    output channels lo, hi); None for any other task."""
+    output channels lo, hi, samples: the batch, or a batch slice's share of it); None for
+    any other task."""
     if task.side != "host" or task.kind not in ("conv", "linear"):
         return None
     layer = graph[task.layer]
     cout = layer.attrs.get("out_channels", layer.attrs.get("out_features"))
     lo, hi = (cout * task.group // task.groups, cout * (task.group + 1) // task.groups) \
         if task.group >= 0 else (0, cout)
-    return task.layer, _PHASE[task.phase], lo, hi
+    samples = graph.batch // task.slices if task.slice >= 0 else graph.batch
+    return task.layer, _PHASE[task.phase], lo, hi, samples
 
 
 def host_records(task: Task, ctx: Context) -> np.ndarray:
@@ -157,7 +167,7 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
     layer = g[task.layer] if task.layer in g else None
     if task.kind in ("conv", "linear"):
         kernel = host_kernel(task, g)
-        _, phase, lo, hi = kernel
+        _, phase, lo, hi, _ = kernel
         inp = task.tensors.get("input", task.tensors.get("grad_input"))[0]
         es = layer.itemsize
         x, y, w = tuple(layer.input_shapes[0]), tuple(layer.shape), tuple(_weight(layer))
@@ -169,7 +179,12 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
             "weight": (pl[f"param:{layer.name}"].base, w, es),
             "grad_weight": (pl[f"pgrad:{layer.name}"].base, w, es),
         }
-        work = HostWork(layer, g.batch, phase, channel_range=(lo, hi), part=ctx.host_part,
+        if task.slice >= 0:   # one batch slice: its samples of the input and output
+            x, y = (x[0] // task.slices,) + x[1:], (y[0] // task.slices,) + y[1:]
+            for role, shape in (("input", x), ("output", y)):
+                base, _, _ = tensors[role]
+                tensors[role] = (base + task.slice * math.prod(shape) * es, shape, es)
+        work = HostWork(layer, x[0], phase, channel_range=(lo, hi), part=ctx.host_part,
                         measured_ms=ctx.host_times.get(kernel) if ctx.host_times else None)
         reqs = work.requests(tensors, ctx.part.request_bytes)
         compute = work.compute_cycles(None, ctx.tck)
@@ -178,8 +193,7 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
             share = task.tensors.get("output") or task.tensors.get("grad_input")
             if share:
                 region = pl[("act:" if "output" in task.tensors else "grad:") + share[0]]
-                part_bytes = region.nbytes // max(task.groups, 1)
-                start = region.base + part_bytes * max(task.group, 0)
+                start, part_bytes = _task_slice(task, region)
                 ca, co = _stream_lines(start, part_bytes, READ)
                 wa, wo = _stream_lines(start, part_bytes, WRITE)
                 addr = np.concatenate([addr, ca, wa])
@@ -258,6 +272,9 @@ def _task_slice(task: Task, region) -> tuple[int, int]:
     if task.group >= 0:
         share = region.nbytes // max(task.groups, 1)
         return region.base + share * task.group, share
+    if task.slice >= 0:
+        share = region.nbytes // task.slices
+        return region.base + share * task.slice, share
     return region.base, region.nbytes
 
 
