@@ -12,7 +12,7 @@ from pimrt.graph.errors import UnsupportedOpError, UnsupportedOpWarning
 from pimrt.memctl import load_part
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import build_schedule
-from pimrt.runtime.timing import time_step
+from pimrt.runtime.timing import DEFAULT_SLICES, slices_for, time_step  # noqa: F401
 
 
 def captured(model: str, batch: int, input_size: int, allow_unsupported: bool = False):
@@ -60,19 +60,8 @@ def folder_names(models: list[str]) -> dict[str, str]:
     return out
 
 
-DEFAULT_SLICES = 4     # most batch slices of the forward pass (docs/runtime.md)
-
-
-def slices_for(batch: int, slices: int | None = None) -> int:
-    """The forward pass's batch slices: `slices` as given (checked by build_schedule), or by
-    default the largest divisor of the batch up to DEFAULT_SLICES."""
-    if slices is not None:
-        return slices
-    return max(d for d in range(1, DEFAULT_SLICES + 1) if batch % d == 0)
-
-
 def preflight(graph, part: str, groups: int, exchange: str = "sgd",
-              host_part: str | None = None, slices: int = 1) -> None:
+              host_part: str | None = None, slices: int | None = None) -> None:
     """Errors a run would hit, found before any simulation: a host part that does not load, a
     memory part without PIM units, groups or slices that do not divide, tensors that do not
     fit the memory."""
@@ -82,13 +71,13 @@ def preflight(graph, part: str, groups: int, exchange: str = "sgd",
         load_host_part(host_part)
     p = load_part(part)
     require_pim(p)
-    build_schedule(graph, groups, exchange=exchange, slices=slices)
+    build_schedule(graph, groups, exchange=exchange, slices=slices_for(graph.batch, slices))
     place_step(graph, p, exchange)
 
 
 def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,
           desc: str = "", layrub: bool = False, exchange=None, plan: bool = True,
-          host_times=None, slices: int = 1):
+          host_times=None, slices: int | None = None):
     from tqdm import tqdm
     bar = tqdm(unit="rec", unit_scale=True, desc=desc or policy, disable=quiet or None,
                file=sys.stderr, leave=False)
@@ -102,7 +91,7 @@ def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: boo
 
 def host_times(graph, spec: str, groups: int, part: str, host_part: str,
                exchange: str = "sgd", pipelined: bool = True, save_to=None,
-               quiet: bool = False, meta: dict | None = None, slices: int = 1):
+               quiet: bool = False, meta: dict | None = None, slices: int | None = None):
     """`--host-times`: the host kernel times a run uses, and what to report about them.
     "model": None (the host part's model). "measure": every kernel the run needs timed on
     the CUDA GPU, written to `save_to`. Anything else: a JSON file of times (as "measure"
@@ -112,6 +101,7 @@ def host_times(graph, spec: str, groups: int, part: str, host_part: str,
     if spec == "model":
         return None, {"source": "model", "host_part": str(host_part)}
     p = step_part(part, host_part)
+    slices = slices_for(graph.batch, slices)
     count = group_rule(p, host_part, groups) if pipelined else None
     wanted = ht.step_kernels(graph, groups, count, exchange, pipelined, slices,
                              slice_rule(p, slices))

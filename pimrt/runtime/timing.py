@@ -166,6 +166,17 @@ def group_rule(part, host_part, groups: int = 4):
     return count
 
 
+DEFAULT_SLICES = 4     # most batch slices of the forward pass (docs/runtime.md)
+
+
+def slices_for(batch: int, slices: int | None = None) -> int:
+    """The forward pass's batch slices: `slices` as given (checked by build_schedule), or by
+    default the largest divisor of the batch up to DEFAULT_SLICES."""
+    if slices is not None:
+        return slices
+    return max(d for d in range(1, DEFAULT_SLICES + 1) if batch % d == 0)
+
+
 def slice_rule(part, slices: int = 4):
     """Which CONVs run their forward pass by batch slices (pimrt.runtime.schedule). Every
     slice reads the layer's weights again, so a CONV is sliced when its weights, read
@@ -286,7 +297,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
               part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
               options: dict | None = None, rule: bool | None = None,
               layrub: bool = False, exchange=None, plan: bool = True,
-              host_times=None, slices: int = 1) -> StepTiming:
+              host_times=None, slices: int | None = None) -> StepTiming:
     """Time one training step of `graph` (captured at its batch) under `policy`. The serial
     policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
     on for authority unless options fix the parameters) sets the authority parameters per
@@ -297,10 +308,13 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     Layrub) first times the schedule's tasks alone and moves weight gradients to where the
     host would wait (pimrt.runtime.plan; StepTiming.schedule then has them in their planned
     place). host_times: measured host kernel times, (layer, phase, lo, hi) -> ms, replacing
-    the modelled compute of those tasks (pimrt.runtime.host_times)."""
+    the modelled compute of those tasks (pimrt.runtime.host_times). slices: the forward
+    pass's batch slices (default: slices_for the batch; the CONVs slice_rule picks run by
+    slice; 1: channel groups only)."""
     from pimrt.runtime.exchange import ExchangeConfig
     if not isinstance(exchange, ExchangeConfig):
         exchange = ExchangeConfig(mode=exchange or "sgd")
+    slices = slices_for(graph.batch, slices)
     if rule is None:
         rule = policy == "authority" and not options
     p = step_part(part, host_part)
@@ -375,7 +389,7 @@ def _task_times(ctl, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
                           host_part="v100", issue_width: int = 4, progress=None,
-                          plan: bool = True, host_times=None, slices: int = 1) -> dict:
+                          plan: bool = True, host_times=None, slices: int | None = None) -> dict:
     """The pipelined step as if host and PIM each had the memory to themselves: every task of
     the co-execution schedule (with its planned weight gradients, as time_step runs it) is
     timed through memctl alone (host and PIM never at once: a barrier whenever the side
@@ -385,6 +399,7 @@ def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
     to overlap."""
     from pimrt.runtime.plan import list_schedule, task_key
     p = step_part(part, host_part)
+    slices = slices_for(graph.batch, slices)
     schedule, duration, _ = planned_schedule(graph, groups, p, host_part, issue_width,
                                              progress, plan, host_times=host_times,
                                              slices=slices)
