@@ -12,7 +12,7 @@ from pimrt.graph.errors import UnsupportedOpError, UnsupportedOpWarning
 from pimrt.memctl import load_part
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import build_schedule
-from pimrt.runtime.timing import DEFAULT_SLICES, slices_for, time_step  # noqa: F401
+from pimrt.runtime.timing import slices_for, time_step
 
 
 def captured(model: str, batch: int, input_size: int, allow_unsupported: bool = False):
