@@ -104,7 +104,7 @@ def host_times(graph, spec: str, groups: int, part: str, host_part: str,
     slices = slices_for(graph.batch, slices)
     count = group_rule(p, host_part, groups) if pipelined else None
     wanted = ht.step_kernels(graph, groups, count, exchange, pipelined, slices,
-                             slice_rule(p, slices))
+                             slice_rule(p, slices, host_part, groups))
     if spec != "measure":
         if pathlib.Path(spec).is_dir():           # the --out folder of a measuring run
             spec = str(pathlib.Path(spec) / "host_times.json")

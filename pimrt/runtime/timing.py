@@ -167,6 +167,11 @@ def group_rule(part, host_part, groups: int = 4):
 
 
 DEFAULT_SLICES = 4     # most batch slices of the forward pass (docs/runtime.md)
+# how much longer a CONV's batch slices may take the host (modelled) than its channel groups:
+# the pipeline across layers hides some (batch 32, 32x32, authority, slack 0.05 / 0.15 / 0.3:
+# ResNet-50 60.692 / 60.530 / 60.076 ms, MobileNetV2 21.946 / 21.794 / 21.794, DenseNet-121
+# 66.868 / 66.860 / 66.907, WRN-28-10 132.968 / - / 134.399; docs/runtime-measurements.md)
+SLICE_SLACK = 0.3
 
 
 def slices_for(batch: int, slices: int | None = None) -> int:
@@ -177,23 +182,36 @@ def slices_for(batch: int, slices: int | None = None) -> int:
     return max(d for d in range(1, DEFAULT_SLICES + 1) if batch % d == 0)
 
 
-def slice_rule(part, slices: int = 4):
+def slice_rule(part, slices: int = 4, host_part="v100", groups: int = 4):
     """Which CONVs run their forward pass by batch slices (pimrt.runtime.schedule). Every
     slice reads the layer's weights again, so a CONV is sliced when its weights, read
     `slices` - 1 more times, come to at most its input and output (its feature maps are read
-    and written once either way); and each slice's output must fill at least one row span of
+    and written once either way); each slice's output must fill at least one row span of
     the part (one row of every bank of every channel): the PIM's all-bank commands on a
     smaller slice leave banks idle, and its tasks and mode switches multiply for little
-    work. The others keep output-channel groups (the group rule). (Batch 32, 4 slices,
-    32x32: ResNet-18 15.116 -> 14.480 ms, VGG-16 8.462 -> 8.265 ms; every CONV sliced: 14.882
-    and 8.770; without the row-span condition DenseNet-121 took 68.408 ms against 67.65
-    unsliced; docs/runtime-measurements.md.)"""
+    work; and the host's slices together may take at most SLICE_SLACK longer (in the host
+    part's model) than the CONV's output-channel groups would (the group rule's): a kernel
+    on a quarter of the batch that does not fill the GPU takes about as long as the whole
+    one. The others keep output-channel groups. (Batch 32, 4 slices, 32x32, authority:
+    ResNet-18 15.116 -> 14.406 ms, MobileNetV2 22.009 -> 21.794 ms; the measured variants
+    in docs/runtime-measurements.md.)"""
+    from pimrt.host import HostWork
     span = part.capacity_bytes // part.org["rows"]
+    count = group_rule(part, host_part, groups)
+
+    def host_seconds(layer, batch: int, ng: int) -> float:
+        cout = layer.attrs.get("out_channels", layer.attrs.get("out_features"))
+        return sum(HostWork(layer, batch, "forward", (cout * g // ng, cout * (g + 1) // ng),
+                            part=host_part).model_seconds() for g in range(ng))
 
     def sliced(layer) -> bool:
         inputs = sum(int(np.prod(s)) for s in layer.input_shapes) * layer.itemsize
-        return (slices - 1) * layer.param_bytes <= inputs + layer.bytes \
-            and layer.bytes // slices >= span
+        if (slices - 1) * layer.param_bytes > inputs + layer.bytes \
+                or layer.bytes // slices < span:
+            return False
+        batch = layer.shape[0]
+        return slices * host_seconds(layer, batch // slices, 1) \
+            <= (1 + SLICE_SLACK) * host_seconds(layer, batch, count(layer))
     return sliced
 
 
@@ -285,7 +303,7 @@ def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange,
     def build(defer):
         return build_schedule(graph, groups, pipelined=True, group_count=count, defer=defer,
                               exchange=exchange.mode, slices=slices,
-                              slice_rule=slice_rule(part, slices))
+                              slice_rule=slice_rule(part, slices, host_part, groups))
     schedule = build({})
     duration = alone_durations(schedule, graph, part, host_part, issue_width, progress,
                                exchange, host_times)
@@ -329,7 +347,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
         schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
                                   group_count=group_rule(p, host_part, groups)
                                   if pipelined else None, exchange=exchange.mode,
-                                  slices=slices, slice_rule=slice_rule(p, slices))
+                                  slices=slices, slice_rule=slice_rule(p, slices, host_part, groups))
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
                            options, rule, layrub, exchange, placement, host_times)
     timing.deferred = defer
