@@ -90,8 +90,7 @@ def run(args) -> int:
             save_to=out / "host_times.json", quiet=args.quiet, meta={"input": args.input},
             slices=slices)
     meta = {"model": args.model, "batch": args.batch, "input": args.input, "slices": slices,
-            "part": args.part,
-            "host_part": args.host_part, "host_times": host_info}
+            "part": args.part, "host_part": args.host_part, "host_times": host_info}
     if times is not None:
         h = host_info
         where = f"measured on {h['device']}, written to {h['path']}" \

@@ -543,7 +543,8 @@ def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5,
     inv = 1.0 / np.sqrt(var + eps)
     m32 = m.astype(np.float32)
     g64 = np.asarray(gamma, np.float32).astype(np.float64)
-    r = run_channels(backend, "bn_bwd_apply_ch", {"x": _by_channel(x), "dy": _by_channel(x)},
+    xc = _by_channel(x)
+    r = run_channels(backend, "bn_bwd_apply_ch", {"x": xc, "dy": xc},
                      {"mean": m32, "c1": g64 * inv, "c0": np.asarray(beta, np.float32),
                       "k": np.zeros(C, np.float32)})
     y = _from_channels(r.outputs["dx"], x.shape)
