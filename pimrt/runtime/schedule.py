@@ -252,8 +252,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             # a sliced input (and the others whole): slice by slice. Batch norm needs the
             # statistics of the whole batch: each slice's (its mean and variance, combined on
             # the host) as the slices arrive, then each slice normalised once all are in
-            bwd = [ngs.get(i, 0) for i in ins]
-            ngs[name] = max(bwd + [1]) if all(c in (max(bwd + [1]), 1, 0) for c in bwd) else 1
+            ngs[name] = _common_groups([ngs.get(i, 0) for i in ins])
             numel = max(math.prod(layer.input_shapes[0]), layer.numel) // slices
             io = {"input": (ins[0], size[ins[0]]), "output": (name, size[name])}
             side = "pim" if runs_on_pim(layer, "fwd") else "host"
@@ -272,9 +271,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             # as many groups as its grouped inputs; an input made whole (one task) is complete
             # before any group starts, so a residual add of a grouped branch and a whole
             # shortcut still runs group by group (and the ReLU after it, and the next CONV)
-            ng = max([count(i) for i in ins] + [1])
-            if any(count(i) not in (ng, 1, 0) or i in parts for i in ins):
-                ng = 1
+            ng = 1 if any(i in parts for i in ins) else _common_groups([count(i) for i in ins])
             ngs[name] = ng
             prod[name] = []
             for g in range(ng):
@@ -619,18 +616,25 @@ def _group_major(tasks: list[Task]) -> list[Task]:
     return out
 
 
+def _common_groups(counts: list[int]) -> int:
+    """The groups an elementwise op runs in, from its inputs' group counts (0: an input
+    with no tasks, 1: whole): theirs when they agree, else whole."""
+    ng = max(counts + [1])
+    return ng if all(c in (ng, 1, 0) for c in counts) else 1
+
+
 def _slice_major(run: list[Task]) -> list[Task]:
     """A run of PIM tasks of the forward pass by batch slices, slice by slice as far as
     their dependencies allow (a batch norm's statistics of every slice come before its first
     normalised slice; then normalisation, ReLU and add of slice 0, of slice 1, ...): each
     time the ready task of the lowest slice, ties in creation order."""
-    ids = {t.id for t in run}
+    created = {t.id: k for k, t in enumerate(run)}
     done: set[int] = set()
     left = list(run)
     out = []
     while left:
-        ready = [t for t in left if all(d not in ids or d in done for d in t.deps)]
-        t = min(ready, key=lambda t: (t.slice if t.slice >= 0 else 1 << 30, left.index(t)))
+        ready = [t for t in left if all(d not in created or d in done for d in t.deps)]
+        t = min(ready, key=lambda t: (t.slice if t.slice >= 0 else 1 << 30, created[t.id]))
         out.append(t)
         done.add(t.id)
         left.remove(t)

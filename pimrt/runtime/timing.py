@@ -215,6 +215,17 @@ def slice_rule(part, slices: int = 4, host_part="v100", groups: int = 4):
     return sliced
 
 
+def pipelined_schedule(graph: LayerGraph, groups: int, part, host_part, exchange: str = "sgd",
+                       slices: int = 1, defer: dict | None = None) -> Schedule:
+    """The runtime's pipelined step: each CONV in the channel groups group_rule gives it,
+    or by batch slices where slice_rule says, and the weight gradients moved as `defer` says
+    (pimrt.runtime.plan)."""
+    return build_schedule(graph, groups, pipelined=True,
+                          group_count=group_rule(part, host_part, groups), defer=defer,
+                          exchange=exchange, slices=slices,
+                          slice_rule=slice_rule(part, slices, host_part, groups))
+
+
 def require_pim(part) -> None:
     """A co-execution step needs a part whose file has a [pim] table (the units beside the
     banks); a plain DRAM part (hbm2, ddr4) can only run memsim traces."""
@@ -298,12 +309,9 @@ def _part_key(part) -> tuple:
 def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange, host_times,
           slices):
     from pimrt.runtime.plan import plan_deferrals
-    count = group_rule(part, host_part, groups)
 
     def build(defer):
-        return build_schedule(graph, groups, pipelined=True, group_count=count, defer=defer,
-                              exchange=exchange.mode, slices=slices,
-                              slice_rule=slice_rule(part, slices, host_part, groups))
+        return pipelined_schedule(graph, groups, part, host_part, exchange.mode, slices, defer)
     schedule = build({})
     duration = alone_durations(schedule, graph, part, host_part, issue_width, progress,
                                exchange, host_times)
@@ -343,11 +351,10 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
         schedule, _, defer = planned_schedule(graph, groups, p, host_part, issue_width,
                                               progress, exchange=exchange,
                                               host_times=host_times, slices=slices)
+    elif pipelined:
+        schedule = pipelined_schedule(graph, groups, p, host_part, exchange.mode, slices)
     else:
-        schedule = build_schedule(graph, groups if pipelined else 1, pipelined=pipelined,
-                                  group_count=group_rule(p, host_part, groups)
-                                  if pipelined else None, exchange=exchange.mode,
-                                  slices=slices, slice_rule=slice_rule(p, slices, host_part, groups))
+        schedule = build_schedule(graph, 1, pipelined=False, exchange=exchange.mode)
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
                            options, rule, layrub, exchange, placement, host_times)
     timing.deferred = defer
