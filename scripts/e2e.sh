@@ -13,5 +13,9 @@ f = s["functional"]
 assert f["loss_abs_diff"] < 1e-5 and f["max_grad_rel_diff_same_masks"] < 1e-4 \
     and f["groups_equal"], f
 assert s["makespan_cycles"] > 0 and s["serial_makespan_cycles"] > 0, s
-print(f"e2e ok: speedup {s['speedup_vs_serial']:.3f} over serial, functional step within tolerance")
+assert s["gpu_only_step_ms"] > 0 and s["lower_bound_step_ms"] <= s["bound_step_ms"], s
+assert s["system"]["memory"]["channels"] == 32, s["system"]
+print(f"e2e ok: speedup {s['speedup_vs_gpu_only']:.3f} over GPU-only, "
+      f"{s['speedup_vs_serial']:.3f} over serial, step / contention-free bound "
+      f"{s['step_vs_bound']:.3f}, functional step within tolerance")
 PY

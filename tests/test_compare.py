@@ -26,11 +26,18 @@ def test_compare_writes_a_table_and_a_folder_per_run(tmp_path, capsys):
                   "layer_speedup.png"):
             assert (out / "resnet_cifar_20" / policy / f).exists(), (policy, f)
     header = next(line for line in text.splitlines() if line.startswith("model"))
-    assert header.split() == ["model", "policy", "step", "ms", "serial", "ms", "speedup",
-                              "switches", "fwd", "bwd", "upd"]
+    assert header.split() == ["model", "policy", "step", "ms", "gpu-only", "serial", "bound",
+                              "vs", "gpu", "vs", "serial", "/bound", "switches", "fwd", "bwd",
+                              "upd"]
     row = next(line for line in text.splitlines()
                if line.startswith("resnet_cifar_20") and "authority" in line)
-    assert f"{auth['speedup_vs_serial']:.3f}" in row
+    for key in ("step_ms", "gpu_only_step_ms", "serial_step_ms", "bound_step_ms",
+                "speedup_vs_gpu_only", "speedup_vs_serial", "step_vs_bound"):
+        assert f"{auth[key]:.3f}" in row, key
+    # every run of a model shares its baselines
+    assert len({(r["gpu_only_step_ms"], r["bound_step_ms"]) for r in results}) == 1
+    assert auth["speedup_vs_gpu_only"] == pytest.approx(auth["gpu_only_step_ms"] / auth["step_ms"])
+    assert auth["system"]["memory"]["channels"] == 32 and auth["system"]["host"]["name"] == "V100"
     assert f"{auth['phases']['fwd']['speedup']:.3f}" in row
     assert any(line.startswith("mean") and "authority" in line for line in text.splitlines())
 
@@ -42,7 +49,8 @@ def test_an_interrupted_compare_keeps_what_it_finished(tmp_path, capsys, monkeyp
 
     def timed(graph, policy, *a, **kw):
         calls.append(policy)
-        if len(calls) == 3:                       # the second model's serial run: Ctrl-C
+        if len(calls) == 4:        # the second model's serial run (after serial, gpu_only,
+            # authority of the first): Ctrl-C
             raise KeyboardInterrupt
         return real(graph, policy, *a, **kw)
 
@@ -73,22 +81,22 @@ def test_compare_refuses_bad_input_before_any_run(tmp_path, capsys):
 
 def test_jobs_time_models_side_by_side_with_the_same_results(tmp_path, capsys):
     args = ["compare", "--models", "resnet_cifar_20,resnet_cifar_32", "--policies",
-            "serial,authority", "--batch", "2", "--input", "32", "--bound", "--quiet"]
+            "serial,authority", "--batch", "2", "--input", "32", "--quiet"]
     assert main(args + ["--out", str(tmp_path / "one")]) == 0
     assert main(args + ["--jobs", "2", "--out", str(tmp_path / "two")]) == 0
     text = capsys.readouterr().out
     one, two = (json.loads((tmp_path / d / "compare.json").read_text()) for d in ("one", "two"))
 
     def key(r):
-        return (r["model"], r["policy"], r["step_ms"], r["serial_step_ms"], r["mode_switches"])
+        return (r["model"], r["policy"], r["step_ms"], r["serial_step_ms"],
+                r["gpu_only_step_ms"], r["bound_step_ms"], r["mode_switches"])
     assert [key(r) for r in two] == [key(r) for r in one]
     assert [(r["model"], r["policy"]) for r in two] == [
-        (m, p) for m in ("resnet_cifar_20", "resnet_cifar_32")
-        for p in ("serial", "authority", "no_contention")]
+        (m, p) for m in ("resnet_cifar_20", "resnet_cifar_32") for p in ("serial", "authority")]
     for m in ("resnet_cifar_20", "resnet_cifar_32"):
         for policy in ("serial", "authority"):
             assert (tmp_path / "two" / m / policy / "summary.json").exists()
-    assert sum(line.startswith("mean") for line in text.splitlines()) == 6
+    assert sum(line.startswith("mean") for line in text.splitlines()) == 4
     assert main(args + ["--jobs", "0", "--out", str(tmp_path / "three")]) == 2
     assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "three").exists()

@@ -27,7 +27,7 @@ def test_shipped_parts_load():
     assert v.name == "V100" and v.sms == 80 and v.l2_bytes == 6 << 20
     assert v.peak_flops == pytest.approx(15.7e12) and v.clock_ghz == pytest.approx(1.53)
     assert (v.tile_m, v.tile_n, v.tile_k) == (128, 128, 8)
-    assert 0 < v.efficiency <= 1 and v.max_outstanding > 0
+    assert 0 < v.efficiency <= 1 and v.loaded_latency_ns == 150
     assert load_host_part("a100").sms == 108
     assert load_host_part(v.path) == v
     assert load_host_part(v) is v
@@ -38,12 +38,25 @@ def test_shipped_parts_load():
     ("compute", "peak_tflops", -1.0, "> 0"),
     ("compute", "efficiency", 1.5, "(0, 1]"),
     ("gemm", "tile_m", 2.5, "integer"),
-    ("memory", "max_outstanding", "many", "number"),
+    ("memory", "loaded_latency_ns", "many", "number"),
+    ("memory", "loaded_latency_ns", 0, "> 0"),
 ])
 def test_bad_value_names_parameter(tmp_path, table, key, value, word):
     with pytest.raises(ConfigError) as e:
         load_host_part("v100", overrides={table: {key: value}})
     assert f"[{table}] {key}" in str(e.value) and word in str(e.value)
+
+
+def test_requests_in_flight_follow_littles_law_on_the_memory_part():
+    """The host's outstanding requests: the part's peak bandwidth x the host's loaded latency /
+    the request size; four stacks keep four times as many in flight as one."""
+    from pimrt.memctl import load_part
+    v = load_host_part("v100")
+    one, four = load_part("hbm2_pim"), load_part("v100_hbm2_pim")
+    assert v.outstanding(one) == 600                   # 256 GB/s x 150 ns / 64 B
+    assert v.outstanding(four) == 2106                 # 898.2 GB/s x 150 ns / 64 B
+    slow = load_host_part("v100", overrides={"memory": {"loaded_latency_ns": 300}})
+    assert slow.outstanding(four) == 4211              # ceil(4210.5)
 
 
 def test_bad_file_names_file_and_parameter(tmp_path):

@@ -324,7 +324,10 @@ def test_host_queue_follows_the_host_parts_outstanding_requests(tmp_path):
     part = load_part("hbm2_pim")
     v100 = load_host_part("v100")
     deep = with_host_buffering(part, "v100")
-    assert deep.controller["host_queue_depth"] == v100.max_outstanding // part.channel_count
+    assert deep.controller["host_queue_depth"] == -(-v100.outstanding(part) // part.channel_count)
+    assert deep.controller["host_queue_depth"] == 75          # 600 requests over 8 channels
+    four = load_part("v100_hbm2_pim")
+    assert with_host_buffering(four, "v100").controller["host_queue_depth"] == 66   # 2106 / 32
     assert deep.controller["queue_depth"] == part.controller["queue_depth"]   # the PIM's
     # a part file that sets its own host queue keeps it
     own = load_part("hbm2_pim", {"controller.host_queue_depth": 48})
@@ -408,10 +411,11 @@ def test_authority_rule_gives_memory_bound_layers_long_epochs():
 def test_contention_free_bound_lies_between_the_busiest_side_and_their_sum():
     from pimrt.runtime.timing import contention_free_bound
     g = capture(small_cnn([8, 16], [True, False], "max"), (2, 3, 8, 8))
-    b = contention_free_bound(g, 2)
+    b = contention_free_bound(g, 2, part="hbm2_pim")
     assert max(b["host_busy_cycles"], b["pim_busy_cycles"]) <= b["makespan_cycles"]
     assert b["makespan_cycles"] <= b["host_busy_cycles"] + b["pim_busy_cycles"]
     assert b["step_ms"] == b["makespan_cycles"] * 1e-6      # hbm2_pim: tCK 1 ns
+    assert b["lower_bound_step_ms"] == max(b["host_busy_cycles"], b["pim_busy_cycles"]) * 1e-6
 
 
 def test_pim_tasks_move_each_tensor_once():

@@ -1,5 +1,7 @@
-"""`pimrt compare`: several models under several policies; a table of step times and speedups
-over serial. Each finished run is written at once, so an interrupted comparison keeps them."""
+"""`pimrt compare`: several models under several policies; a table of step times against
+GPU-only execution, serial host+PIM and the schedule's contention-free bound, and the speedups
+over the first two. Each finished run is written at once, so an interrupted comparison keeps
+them."""
 from __future__ import annotations
 
 import json
@@ -25,17 +27,15 @@ def register(subparsers) -> None:
     p.add_argument("--slices", type=int, default=None,
                    help="batch slices of the forward pass (see pimrt run --help; default: the "
                         "largest divisor of the batch up to 4)")
-    p.add_argument("--part", default="hbm2_pim", help="memory part (name or TOML file)")
+    p.add_argument("--part", default="v100_hbm2_pim",
+                   help="memory part (name or TOML file; default: the V100's four HBM2 stacks "
+                        "with PIM units)")
     p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"),
                    help="parameter update of every run (see pimrt run --help; the exchange "
                         "uses run's defaults: 4 ranks, density 0.001, 10 Gbit/s)")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/compare"),
                    help="folder for each run's outputs and the summary table")
-    p.add_argument("--bound", action="store_true",
-                   help="also time the co-execution schedule without contention (each task "
-                        "alone, list-scheduled with its dependencies): the most any policy "
-                        "could get from this schedule")
     p.add_argument("--no-plan", action="store_true",
                    help="keep every weight gradient right after its dX (see pimrt run --help)")
     p.add_argument("--host-times", default="model", metavar="model|measure|DIR",
@@ -68,7 +68,7 @@ def run(args) -> int:
     for m, g in graphs.items():  # every check before the first long run
         session.preflight(g, args.part, args.groups, args.update, args.host_part, args.slices)
     folders = session.folder_names(list(graphs))
-    pipelined = any(p != "serial" for p in policies) or args.bound
+    pipelined = True            # the contention-free bound times the co-execution schedule
     spec = {m: _times_spec(args.host_times, folders[m], len(graphs)) for m in graphs}
     if args.host_times == "measure":
         from pimrt.runtime.host_times import require_cuda
@@ -112,24 +112,25 @@ def run(args) -> int:
 
 
 def _model_runs(m: str, graph, policies: list[str], args, folder: str, times):
-    """One model's runs, serial first (the baseline), each written to its folder and yielded
-    as its summary when done; then its contention-free bound with --bound."""
+    """One model's runs, each written to its folder and yielded as its summary when done:
+    the baselines first (serial host+PIM, GPU-only, the contention-free bound), then each
+    policy."""
     from pimrt.runtime import report, session
     host_times, host_info = times
-    serial = None
-    for policy in ["serial"] + [p for p in policies if p != "serial"]:
-        r = session.timed(graph, policy, args.groups if policy != "serial" else 1, args.part,
-                          args.host_part, args.quiet, f"{m} {policy}", exchange=args.update,
-                          plan=not args.no_plan, host_times=host_times, slices=args.slices)
-        if policy == "serial":
-            serial = r
-            if "serial" not in policies:
-                continue
-        meta = {"model": m, "batch": args.batch, "input": args.input, "slices": args.slices,
-                "part": args.part, "host_times": host_info}
-        yield report.write_all(r, serial, meta, args.out / folder / policy)
-    if args.bound:
-        yield _bound(graph, m, args, serial, host_times)
+    serial = session.timed(graph, "serial", 1, args.part, args.host_part, args.quiet,
+                           f"{m} serial", exchange=args.update, host_times=host_times)
+    gpu, bound = session.baselines(graph, args.groups, args.part, args.host_part, args.quiet,
+                                   m, exchange=args.update, plan=not args.no_plan,
+                                   host_times=host_times, slices=args.slices)
+    meta = {"model": m, "batch": args.batch, "input": args.input, "slices": args.slices,
+            "part": args.part, "host_part": args.host_part, "host_times": host_info,
+            "system": session.system(args.part, args.host_part)}
+    for policy in policies:
+        r = serial if policy == "serial" else session.timed(
+            graph, policy, args.groups, args.part, args.host_part, args.quiet, f"{m} {policy}",
+            exchange=args.update, plan=not args.no_plan, host_times=host_times,
+            slices=args.slices)
+        yield report.write_all(r, serial, meta, args.out / folder / policy, gpu, bound)
 
 
 def _model_worker(job: tuple) -> list[dict]:
@@ -191,31 +192,25 @@ def _times_spec(spec: str, folder: str, models: int) -> str:
     return spec
 
 
-def _bound(graph, model: str, args, serial, host_times=None) -> dict:
-    from tqdm import tqdm
-    from pimrt.runtime.timing import contention_free_bound
-    with tqdm(unit="rec", unit_scale=True, desc=f"{model} bound", disable=args.quiet or None,
-              file=sys.stderr, leave=False) as bar:
-        b = contention_free_bound(graph, args.groups, args.part, args.host_part,
-                                  progress=bar.update, plan=not args.no_plan,
-                                  host_times=host_times, slices=args.slices)
-    serial_ms = serial.seconds * 1e3
-    return {"model": model, "policy": "no_contention", "batch": args.batch, "input": args.input,
-            "step_ms": b["step_ms"], "serial_step_ms": serial_ms,
-            "speedup_vs_serial": serial_ms / b["step_ms"] if b["step_ms"] else 0.0,
-            "mode_switches": 0, "host_busy_cycles": b["host_busy_cycles"],
-            "pim_busy_cycles": b["pim_busy_cycles"]}
+COLUMNS = (("step ms", "step_ms", 10, ".3f"), ("gpu-only", "gpu_only_step_ms", 10, ".3f"),
+           ("serial", "serial_step_ms", 10, ".3f"), ("bound", "bound_step_ms", 10, ".3f"),
+           ("vs gpu", "speedup_vs_gpu_only", 8, ".3f"),
+           ("vs serial", "speedup_vs_serial", 10, ".3f"),
+           ("/bound", "step_vs_bound", 8, ".3f"), ("switches", "mode_switches", 10, ""))
 
 
 def _row(s: dict, first: bool) -> str:
-    """One line of the table: the step, its speedup and those of its forward pass, backward
-    pass and update (blank for the bound, which is not split)."""
-    head = (f"{'model':<17}{'policy':<16}{'step ms':>10}{'serial ms':>11}{'speedup':>9}"
-            f"{'switches':>10}{'fwd':>7}{'bwd':>7}{'upd':>7}\n") if first else ""
+    """One line of the table: the step, the baselines' steps (GPU-only, serial host+PIM, the
+    contention-free bound), the speedups over the first two, the step over the bound, the
+    mode switches, and the speedups over serial of the forward pass, backward pass and
+    update."""
+    head = (f"{'model':<17}{'policy':<16}"
+            + "".join(f"{name:>{w}}" for name, _, w, _ in COLUMNS)
+            + f"{'fwd':>7}{'bwd':>7}{'upd':>7}\n") if first else ""
     ph = s.get("phases")
     split = "".join(f"{ph[k]['speedup']:>7.3f}" for k in ("fwd", "bwd", "update")) if ph else ""
-    return head + (f"{s['model']:<17}{s['policy']:<16}{s['step_ms']:>10.3f}{s['serial_step_ms']:>11.3f}"
-                   f"{s['speedup_vs_serial']:>9.3f}{s['mode_switches']:>10}{split}")
+    return head + f"{s['model']:<17}{s['policy']:<16}" + "".join(
+        f"{s[key]:>{w}{fmt}}" for _, key, w, fmt in COLUMNS) + split
 
 
 def _table(results: list[dict]) -> str:
@@ -225,7 +220,11 @@ def _table(results: list[dict]) -> str:
     lines += [_row(s, False) for s in results]
     by = {}
     for s in results:
-        by.setdefault(s["policy"], []).append(s["speedup_vs_serial"])
-    for policy, v in by.items():
-        lines.append(f"{'mean':<17}{policy:<16}{'':>10}{'':>11}{sum(v) / len(v):>9.3f}")
+        by.setdefault(s["policy"], []).append(s)
+    pad = sum(w for _, _, w, _ in COLUMNS[:4])
+    for policy, rs in by.items():
+        mean = {k: sum(r[k] for r in rs) / len(rs)
+                for k in ("speedup_vs_gpu_only", "speedup_vs_serial", "step_vs_bound")}
+        lines.append(f"{'mean':<17}{policy:<16}{'':>{pad}}{mean['speedup_vs_gpu_only']:>8.3f}"
+                     f"{mean['speedup_vs_serial']:>10.3f}{mean['step_vs_bound']:>8.3f}")
     return "\n".join(lines)

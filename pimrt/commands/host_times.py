@@ -25,7 +25,7 @@ def register(subparsers) -> None:
     p.add_argument("--slices", type=int, default=None,
                    help="batch slices of the forward pass, as the runs to replay use "
                         "(default as pimrt run)")
-    p.add_argument("--part", default="hbm2_pim",
+    p.add_argument("--part", default="v100_hbm2_pim",
                    help="memory part of the runs to replay (it sets which CONVs are split)")
     p.add_argument("--host-part", default="v100", help="host part of the runs to replay")
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"))

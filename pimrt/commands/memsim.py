@@ -18,7 +18,7 @@ def register(subparsers) -> None:
                    help="trace format: pimrt, npy, dramsim3, ramulator, ramulator_cpu "
                         "(default: detected)")
     p.add_argument("--config", default="hbm2",
-                   help="memory part: a shipped name (hbm2, ddr4, hbm2_pim) or a TOML file")
+                   help="memory part: a shipped name (hbm2, ddr4, hbm2_pim, v100_hbm2_pim) or a TOML file")
     p.add_argument("--policy", default="authority",
                    help="host/PIM sharing: serial, bank_partition, authority")
     p.add_argument("--issue-width", type=int, default=4, metavar="W",

@@ -30,7 +30,9 @@ def register(subparsers) -> None:
                         "beside its feature maps runs slice by slice and the PIM follows slice "
                         "by slice (default: the largest divisor of the batch up to 4; 1: by "
                         "output-channel groups only; docs/runtime.md)")
-    p.add_argument("--part", default="hbm2_pim", help="memory part (name or TOML file)")
+    p.add_argument("--part", default="v100_hbm2_pim",
+                   help="memory part (name or TOML file; default: the V100's four HBM2 stacks "
+                        "with PIM units, docs/runtime.md)")
     p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--functional", default="golden",
                    help="run the step for real with the PIM ops on this backend first: golden, "
@@ -90,7 +92,8 @@ def run(args) -> int:
             save_to=out / "host_times.json", quiet=args.quiet, meta={"input": args.input},
             slices=slices)
     meta = {"model": args.model, "batch": args.batch, "input": args.input, "slices": slices,
-            "part": args.part, "host_part": args.host_part, "host_times": host_info}
+            "part": args.part, "host_part": args.host_part, "host_times": host_info,
+            "system": session.system(args.part, args.host_part)}
     if times is not None:
         h = host_info
         where = f"measured on {h['device']}, written to {h['path']}" \
@@ -129,11 +132,22 @@ def run(args) -> int:
     run = serial if args.policy == "serial" else session.timed(
         graph, args.policy, args.groups, args.part, args.host_part, args.quiet, args.policy,
         args.layrub, exchange, plan=not args.no_plan, host_times=times, slices=slices)
-    s = report.write_all(run, serial, meta, out)
+    gpu, bound = session.baselines(graph, args.groups, args.part, args.host_part, args.quiet,
+                                   "", args.layrub, exchange, not args.no_plan, times, slices)
+    s = report.write_all(run, serial, meta, out, gpu, bound)
+    sy = meta["system"]
+    m = sy["memory"]
+    print(f"system: {m['name']} ({m['channels']} channels, {m['peak_gbs']:.0f} GB/s, "
+          f"{m['pim_units']} PIM units of {m['pim_lanes']} lanes at {m['pim_clock_mhz']:.0f} "
+          f"MHz) + {sy['host']['name']} ({sy['host']['peak_tflops']:g} TFLOP/s)")
     print(f"{args.model} batch {args.batch} {args.input}x{args.input}: {args.policy} "
-          f"{s['step_ms']:.3f} ms vs serial {s['serial_step_ms']:.3f} ms -> speedup "
-          f"{s['speedup_vs_serial']:.3f}x ({100 * (s['speedup_vs_serial'] - 1):+.1f}%), "
-          f"{s['mode_switches']} mode switches, simulated in {s['simulation_wall_s']:.1f} s")
+          f"{s['step_ms']:.3f} ms; GPU-only {s['gpu_only_step_ms']:.3f} ms -> "
+          f"{s['speedup_vs_gpu_only']:.3f}x; serial host+PIM {s['serial_step_ms']:.3f} ms -> "
+          f"{s['speedup_vs_serial']:.3f}x; {s['mode_switches']} mode switches, simulated in "
+          f"{s['simulation_wall_s']:.1f} s")
+    print(f"  contention-free bound {s['bound_step_ms']:.3f} ms (step / bound "
+          f"{s['step_vs_bound']:.3f}), lower bound max(host alone, PIM alone) "
+          f"{s['lower_bound_step_ms']:.3f} ms")
     if s["sliced_layers"]:
         convs = sum(1 for n in graph.nodes if n.kind in ("conv", "linear"))
         print(f"  forward by {slices} batch slices in {len(s['sliced_layers'])} of {convs} "

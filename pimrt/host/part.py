@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import pathlib
 import tomllib
 from typing import Any, Mapping
@@ -21,7 +22,7 @@ from pimrt.errors import ConfigError
 HOST_PARTS_DIR = pathlib.Path(__file__).resolve().parent / "parts"
 
 #: short names of the shipped host parts -> file name in HOST_PARTS_DIR
-HOST_PART_ALIASES = {"v100": "v100.toml", "a100": "a100.toml"}
+HOST_PART_ALIASES = {"v100": "v100.toml", "v100_tc": "v100_tc.toml", "a100": "a100.toml"}
 
 _REQUIRED = object()
 
@@ -48,7 +49,7 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "tile_n": ("count", _REQUIRED),
         "tile_k": ("count", _REQUIRED),
     },
-    "memory": {"max_outstanding": ("count", _REQUIRED)},
+    "memory": {"loaded_latency_ns": ("float+", _REQUIRED)},
 }
 
 
@@ -72,7 +73,7 @@ class HostPart:
     tile_m: int
     tile_n: int
     tile_k: int
-    max_outstanding: int
+    loaded_latency_ns: float
 
     @property
     def peak_flops(self) -> float:
@@ -88,6 +89,12 @@ class HostPart:
     def slots(self) -> int:
         """CTAs running at once: sms x ctas_per_sm."""
         return self.sms * self.ctas_per_sm
+
+    def outstanding(self, part) -> int:
+        """Requests the host keeps in flight on memory part `part` (Little's law): the part's
+        peak bandwidth x this host's loaded memory latency / the part's request size."""
+        return max(1, math.ceil(part.peak_bandwidth_gbs * self.loaded_latency_ns
+                                / part.request_bytes))
 
     @property
     def l2_usable_bytes(self) -> int:
@@ -180,7 +187,7 @@ def load_host_part(name_or_path: str | pathlib.Path | HostPart,
         l2_bytes=v["l2"]["size_bytes"], l2_line_bytes=v["l2"]["line_bytes"],
         l2_sector_bytes=v["l2"]["sector_bytes"], l2_usable_fraction=v["l2"]["usable_fraction"],
         tile_m=v["gemm"]["tile_m"], tile_n=v["gemm"]["tile_n"], tile_k=v["gemm"]["tile_k"],
-        max_outstanding=v["memory"]["max_outstanding"],
+        loaded_latency_ns=v["memory"]["loaded_latency_ns"],
     )
 
 
@@ -193,7 +200,7 @@ def _to_tables(p: HostPart) -> dict:
         "l2": {"size_bytes": p.l2_bytes, "line_bytes": p.l2_line_bytes,
                "sector_bytes": p.l2_sector_bytes, "usable_fraction": p.l2_usable_fraction},
         "gemm": {"tile_m": p.tile_m, "tile_n": p.tile_n, "tile_k": p.tile_k},
-        "memory": {"max_outstanding": p.max_outstanding},
+        "memory": {"loaded_latency_ns": p.loaded_latency_ns},
     }
 
 

@@ -24,7 +24,9 @@ banks and mode; a rank is (channel, pseudo_channel, rank). Constraint names in V
                             outside PIM mode (serial, authority); PIM_ENTER twice, PIM_EXIT
                             outside PIM mode; PIM_ENTER/EXIT under bank_partition
   mode_switch               any command within mode_switch_cycles after PIM_ENTER / PIM_EXIT
-  pim_column                two PIM column commands closer than part.pim_column_cycles
+  pim_column                two PIM column commands closer than the units take: the most
+                            banks of the PIM scope one unit serves x tCCD_L
+                            (part.pim_scope_column_cycles)
   bank_partition            a host command on a PIM bank, or a PIM command on a host bank
   bad_command               unknown command, a field out of the part's range, a PIM command
                             on a part without [pim]
@@ -333,12 +335,13 @@ class _Checker:
         }
         self.has_pim = part.pim is not None
         self.mode_switch = part.pim["mode_switch_cycles"] if self.has_pim else 0
-        self.pim_col = part.pim_column_cycles if self.has_pim else 0
         # PIM scope: bank indices within a channel (rank * banks_per_rank + local bank)
         if partition:
             self.scope = sorted(pim_set)
         else:
             self.scope = list(range(self.R * self.G * self.B))
+        # each unit takes its banks of the scope one after another, tCCD_L apart
+        self.pim_col = part.pim_scope_column_cycles(self.scope) if self.has_pim else 0
         self.pim_set = pim_set if partition else None
         self.violations: list[Violation] = []
 

@@ -39,6 +39,7 @@ PART_ALIASES = {
     "hbm2": "hbm2.toml",
     "ddr4": "ddr4_3200.toml",
     "hbm2_pim": "hbm2_pim.toml",
+    "v100_hbm2_pim": "v100_hbm2_pim.toml",
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -106,8 +107,9 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
     "pim": {
         "units_per_bankgroup": ("count", 1),
         "mode_switch_cycles": ("cycles", _REQUIRED),
-        "lanes": ("count", _REQUIRED),
-        "clock_ratio": ("float+", 1),
+        "lanes": ("count", _REQUIRED),                # fp32 lanes per unit, a power of two
+        "clock_ratio": ("float+", _DERIVED),          # unit clock / memory clock; default 1
+        "clock_mhz": ("float+", None),                # or the unit clock: ratio = MHz x tCK
     },
 }
 OPTIONAL_TABLES = {"pim"}
@@ -204,6 +206,24 @@ class Part:
         if self.pim is None:
             return None
         return self.pim_banks_per_unit * self.timing["tCCD_L"]
+
+    def pim_scope_units(self, banks=None) -> dict[int, int]:
+        """unit -> how many of `banks` (bank indices within a channel: rank x banks_per_rank
+        + bankgroup x banks_per_group + bank; None: every bank) it sits beside, for the units
+        of one channel that have any. Unit u serves banks_per_unit consecutive banks of one
+        bank group."""
+        per = self.pim_banks_per_unit
+        nb = self.org["ranks"] * self.banks_per_rank
+        out: dict[int, int] = {}
+        for b in (range(nb) if banks is None else banks):
+            out[b // per] = out.get(b // per, 0) + 1
+        return out
+
+    def pim_scope_column_cycles(self, banks=None) -> int:
+        """Cycles between two all-bank column commands on the banks `banks` (None: all):
+        each unit takes its banks' columns one after another, tCCD_L apart, so the unit with
+        the most banks in the scope sets the pace."""
+        return max(self.pim_scope_units(banks).values()) * self.timing["tCCD_L"]
 
     @property
     def read_latency(self) -> int:
@@ -375,6 +395,12 @@ def _merge_layer(merged: dict, origin: dict, layer: dict, source: str) -> None:
             for k in ("tRCDRD", "tRCDWR"):
                 values.setdefault(k, values["tRCD"])
         dst = merged.setdefault(table, {})
+        # the units' clock is one value given two ways: a layer that sets one drops the
+        # other that an included file (or the part below the overrides) gave
+        if table == "pim":
+            for key, other in (("clock_mhz", "clock_ratio"), ("clock_ratio", "clock_mhz")):
+                if key in values and other not in values:
+                    dst.pop(other, None)
         for key, value in values.items():
             dst[key] = value
             origin[(table, key)] = source
@@ -522,10 +548,27 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
 
     # pim -----------------------------------------------------------------------------------
     if pim is not None:
-        units = pim["units_per_bankgroup"]
-        if org["banks_per_group"] % units:
+        units, bpg = pim["units_per_bankgroup"], org["banks_per_group"]
+        if units > bpg:
+            fail("pim", "units_per_bankgroup", f"{units} units per bank group are more than "
+                 f"its {bpg} banks (a unit sits beside one or more banks)")
+        if bpg % units:
             fail("pim", "units_per_bankgroup", f"{units} units do not divide "
-                 f"banks_per_group {org['banks_per_group']}")
+                 f"banks_per_group {bpg}")
+        if not _is_pow2(pim["lanes"]):
+            fail("pim", "lanes", f"must be a power of two (the unit's datapath is lanes x 32 "
+                 f"bits of a bank column), found {pim['lanes']}")
+        if "clock_mhz" in pim:
+            if "clock_ratio" in pim:
+                fail("pim", "clock_mhz", "give the units' clock as clock_mhz or as "
+                     "clock_ratio, not both")
+            pim["clock_ratio"] = pim["clock_mhz"] * timing["tCK"] / 1000.0
+        pim.setdefault("clock_ratio", 1)
+        if pim["clock_ratio"] > 1:
+            fail("pim", "clock_ratio", f"the units would run at {pim['clock_ratio']:.3g} x the "
+                 f"memory clock ({1000 / timing['tCK']:.0f} MHz); a unit in the DRAM die runs "
+                 f"at most at the memory clock")
+        pim["clock_mhz"] = pim["clock_ratio"] * 1000.0 / timing["tCK"]
         pim = {k: pim[k] for k in SCHEMA["pim"]}
 
     ro = types.MappingProxyType

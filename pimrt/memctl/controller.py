@@ -48,12 +48,13 @@ class Options:
 
 
 def default_pim_banks(part: Part) -> tuple[int, ...]:
-    """bank_partition's default split: the upper half of the banks of every bank group go to
-    the PIM (the units sit beside them), the lower half to the host."""
+    """bank_partition's default split: every other bank (the odd ones) goes to the PIM, the
+    others to the host, so every unit keeps half of the banks it sits beside and every unit
+    works (with one bank a unit, the units beside the host's banks idle) and both sides keep
+    every bank group."""
     o = part.org
-    bpg = o["banks_per_group"]
-    half = max(1, bpg // 2)
-    return tuple(b for b in range(o["ranks"] * o["bankgroups"] * bpg) if b % bpg >= bpg - half)
+    return tuple(b for b in range(o["ranks"] * o["bankgroups"] * o["banks_per_group"])
+                 if b % 2 == 1)
 
 
 def make_config(part: Part, opts: Options):
@@ -90,18 +91,14 @@ def make_config(part: Part, opts: Options):
     cfg.issue_width = int(opts.issue_width)
     if part.pim is not None:
         cfg.pim_enabled = 1
-        cfg.pim_column_cycles = int(part.pim_column_cycles)
+        cfg.pim_column_cycles = int(part.pim_scope_column_cycles(
+            pim_banks(part, opts) if opts.policy == "bank_partition" else None))
         cfg.mode_switch_cycles = int(part.pim["mode_switch_cycles"])
     elif opts.policy == "bank_partition":
         raise ConfigError(f"policy bank_partition needs a part with [pim] units; {part.name} has none")
     cfg.policy = opts.policy.encode()
-    nbanks = o["ranks"] * o["bankgroups"] * o["banks_per_group"]
     if opts.policy == "bank_partition":
-        banks = opts.pim_banks if opts.pim_banks is not None else default_pim_banks(part)
-        bad = [b for b in banks if not 0 <= b < nbanks]
-        if bad:
-            raise ConfigError(f"pim_banks {bad} outside the channel's {nbanks} banks")
-        cfg.pim_bank_mask = sum(1 << b for b in set(banks))
+        cfg.pim_bank_mask = sum(1 << b for b in set(pim_banks(part, opts)))
     cfg.host_hwm = int(opts.host_high_watermark or 0)
     cfg.pim_hwm = int(opts.pim_high_watermark or 0)
     cfg.host_lwm = -1 if opts.host_low_watermark == 0 else int(opts.host_low_watermark or 0)
@@ -110,6 +107,16 @@ def make_config(part: Part, opts: Options):
     cfg.min_epoch = int(opts.min_epoch)
     cfg.keep_completions = 1 if opts.keep_completions else 0
     return cfg
+
+
+def pim_banks(part: Part, opts: Options) -> tuple[int, ...]:
+    """bank_partition's PIM banks in a channel: opts.pim_banks, or default_pim_banks."""
+    banks = opts.pim_banks if opts.pim_banks is not None else default_pim_banks(part)
+    nbanks = part.org["ranks"] * part.banks_per_rank
+    bad = [b for b in banks if not 0 <= b < nbanks]
+    if bad:
+        raise ConfigError(f"pim_banks {bad} outside the channel's {nbanks} banks")
+    return tuple(banks)
 
 
 class CommandLog:

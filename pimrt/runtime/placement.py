@@ -77,8 +77,8 @@ def place_step(graph: LayerGraph, part: Part, exchange: str = "sgd") -> Placemen
         p.regions[f"grad:{layer.name}"] = p[f"act:{layer.name}"]
         if layer.kind in ("relu", "relu6", "dropout"):
             p.alloc(f"mask:{layer.name}", (layer.numel + 7) // 8)
-        if layer.kind == "maxpool":
-            p.alloc(f"index:{layer.name}", layer.numel)
+        if layer.kind == "maxpool":   # torch's max pool saves an int64 index an output
+            p.alloc(f"index:{layer.name}", layer.numel * 8)
     for layer in graph.nodes:
         if layer.param_bytes:
             for what in ("param", "pgrad", "momentum"):

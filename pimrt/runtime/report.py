@@ -58,7 +58,8 @@ def phase_speedups(run: StepTiming, serial: StepTiming) -> dict[str, dict[str, f
     return out
 
 
-def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
+def summary(run: StepTiming, serial: StepTiming | None, meta: dict,
+            gpu_only: StepTiming | None = None, bound: dict | None = None) -> dict:
     s = run.stats
     out = {
         **meta,
@@ -96,6 +97,17 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict) -> dict:
         out["serial_step_ms"] = serial.seconds * 1e3
         out["speedup_vs_serial"] = serial.makespan / run.makespan if run.makespan else 0.0
         out["phases"] = phase_speedups(run, serial)
+    if gpu_only is not None:
+        out["gpu_only_makespan_cycles"] = gpu_only.makespan
+        out["gpu_only_step_ms"] = gpu_only.seconds * 1e3
+        out["speedup_vs_gpu_only"] = gpu_only.makespan / run.makespan if run.makespan else 0.0
+    if bound is not None:
+        # the co-execution schedule with no contention, and max(host alone, PIM alone)
+        out["bound_step_ms"] = bound["step_ms"]
+        out["lower_bound_step_ms"] = bound["lower_bound_step_ms"]
+        out["bound_host_busy_cycles"] = bound["host_busy_cycles"]
+        out["bound_pim_busy_cycles"] = bound["pim_busy_cycles"]
+        out["step_vs_bound"] = out["step_ms"] / bound["step_ms"] if bound["step_ms"] else 0.0
     return out
 
 
@@ -274,10 +286,11 @@ def plot(run: StepTiming, rows: list[dict], out_dir, serial: StepTiming | None =
     return paths
 
 
-def write_all(run: StepTiming, serial: StepTiming | None, meta: dict, out_dir) -> dict:
+def write_all(run: StepTiming, serial: StepTiming | None, meta: dict, out_dir,
+              gpu_only: StepTiming | None = None, bound: dict | None = None) -> dict:
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    s = summary(run, serial, meta)
+    s = summary(run, serial, meta, gpu_only, bound)
     write_chrome_trace(run, out_dir / "trace.json")
     rows = write_layer_csv(run, serial, out_dir / "layers.csv")
     s["plots"] = [str(p) for p in plot(run, rows, out_dir, serial)]

@@ -12,7 +12,10 @@ from pimrt.graph.errors import UnsupportedOpError, UnsupportedOpWarning
 from pimrt.memctl import load_part
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import build_schedule
-from pimrt.runtime.timing import slices_for, time_step
+from pimrt.runtime.timing import contention_free_bound, slices_for, step_part, time_step
+
+DEFAULT_PART = "v100_hbm2_pim"   # the V100's own four HBM2 stacks with PIM units
+DEFAULT_HOST_PART = "v100"
 
 
 def captured(model: str, batch: int, input_size: int, allow_unsupported: bool = False):
@@ -69,7 +72,7 @@ def preflight(graph, part: str, groups: int, exchange: str = "sgd",
     from pimrt.runtime.timing import require_pim
     if host_part is not None:
         load_host_part(host_part)
-    p = load_part(part)
+    p = load_part(part) if isinstance(part, (str, pathlib.Path)) else part
     require_pim(p)
     build_schedule(graph, groups, exchange=exchange, slices=slices_for(graph.batch, slices))
     place_step(graph, p, exchange)
@@ -130,3 +133,45 @@ def host_times(graph, spec: str, groups: int, part: str, host_part: str,
         info["path"] = str(save_to)
     return times, info
 
+
+
+def system(part: str, host_part: str) -> dict:
+    """What a step runs on, for summary.json and the reports: the memory part (name,
+    channels, peak GB/s, PIM units, lanes, clock) and the host part (name, peak)."""
+    from pimrt.host import load_host_part
+    p, hp = step_part(part, host_part), load_host_part(host_part)
+    units = p.pim["units_per_bankgroup"] * p.org["bankgroups"] * p.org["ranks"]
+    return {
+        "memory": {"name": p.name, "file": str(p.path), "channels": p.channel_count,
+                   "peak_gbs": round(p.peak_bandwidth_gbs, 3),
+                   "clock_mhz": round(1000 / p.timing["tCK"], 3),
+                   "capacity_gib": p.capacity_bytes / 2**30,
+                   "pim_units": units * p.channel_count,
+                   "pim_banks_per_unit": p.pim_banks_per_unit,
+                   "pim_lanes": p.pim["lanes"],
+                   "pim_clock_mhz": round(p.pim["clock_mhz"], 3),
+                   "pim_clock_ratio": round(p.pim["clock_ratio"], 6),
+                   "host_outstanding_requests": hp.outstanding(p)},
+        "host": {"name": hp.name, "file": str(hp.path), "peak_tflops": hp.peak_tflops,
+                 "loaded_latency_ns": hp.loaded_latency_ns},
+    }
+
+
+def baselines(graph, groups: int, part: str, host_part: str, quiet: bool = False,
+              desc: str = "", layrub: bool = False, exchange=None, plan: bool = True,
+              host_times=None, slices: int | None = None) -> tuple:
+    """The step's other yardsticks on the same system: GPU-only execution (every op on the
+    host) and the co-execution schedule's contention-free bound (with the lower bound
+    max(host work alone, PIM work alone)). -> (gpu_only StepTiming, bound dict)."""
+    from tqdm import tqdm
+    gpu = timed(graph, "gpu_only", 1, part, host_part, quiet, f"{desc} gpu_only".strip(),
+                layrub, exchange, host_times=host_times)
+    bar = tqdm(unit="rec", unit_scale=True, desc=f"{desc} bound".strip(),
+               disable=quiet or None, file=sys.stderr, leave=False)
+    try:
+        bound = contention_free_bound(graph, groups, part, host_part, progress=bar.update,
+                                      plan=plan and not layrub, host_times=host_times,
+                                      slices=slices, exchange=exchange)
+    finally:
+        bar.close()
+    return gpu, bound

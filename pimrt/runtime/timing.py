@@ -5,6 +5,7 @@ controller runs them under a sharing policy, and the events give every task's st
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import types
 
@@ -233,7 +234,7 @@ def require_pim(part) -> None:
     if not part.pim:
         where = f" ({part.path})" if part.path else ""
         raise ConfigError(f"memory part {part.name}{where} has no [pim] table: the non-CONV "
-                          f"ops run on PIM units beside its banks; use a PIM part (hbm2_pim) "
+                          f"ops run on PIM units beside its banks; use a PIM part (v100_hbm2_pim, hbm2_pim) "
                           f"or add a [pim] table to the part's file")
 
 
@@ -246,15 +247,16 @@ def step_part(part, host_part):
 
 
 def with_host_buffering(part, host_part):
-    """The part as the host sees it: a GPU keeps up to its part's `max_outstanding` requests
-    in flight (Little's law; docs/host_model.md), so the host's transaction queue per channel
-    holds max_outstanding / channels requests (never fewer than the part's queue_depth). The
-    PIM's queue keeps the part's queue_depth. With a deep host queue the host keeps computing
-    while the PIM holds a channel under `authority`, as a GPU does."""
+    """The part as the host sees it: a GPU keeps as many requests in flight as Little's law
+    gives for this memory (the part's peak bandwidth x the host's loaded latency / request
+    size: HostPart.outstanding; docs/host_model.md), so the host's transaction queue per
+    channel holds that many / channels requests (never fewer than the part's queue_depth).
+    The PIM's queue keeps the part's queue_depth. With a deep host queue the host keeps
+    computing while the PIM holds a channel under `authority`, as a GPU does."""
     from pimrt.host import load_host_part
     hp = load_host_part(host_part) if isinstance(host_part, str) else host_part
     qd = part.controller["queue_depth"]
-    depth = max(qd, hp.max_outstanding // part.channel_count)
+    depth = max(qd, -(-hp.outstanding(part) // part.channel_count))
     if part.controller.get("host_queue_depth", qd) != qd:   # the part file set its own
         return part
     ctrl = dict(part.controller)
@@ -263,7 +265,7 @@ def with_host_buffering(part, host_part):
 
 
 def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
-                    issue_width: int = 4, progress=None, exchange=None,
+                    issue_width: int | None = None, progress=None, exchange=None,
                     host_times=None) -> dict:
     """Every task's duration when it has the memory to itself: the schedule run through
     memctl with a barrier whenever the side changes (host and PIM never at once); task_key
@@ -278,7 +280,7 @@ def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
 _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
 
 
-def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_width: int = 4,
+def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_width: int | None = None,
                      progress=None, plan: bool = True, exchange=None, host_times=None,
                      slices: int = 1):
     """The pipelined schedule with its weight gradients placed by pimrt.runtime.plan (on the
@@ -320,7 +322,7 @@ def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange,
 
 
 def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
-              part="hbm2_pim", host_part="v100", issue_width: int = 4, progress=None,
+              part="v100_hbm2_pim", host_part="v100", issue_width: int | None = None, progress=None,
               options: dict | None = None, rule: bool | None = None,
               layrub: bool = False, exchange=None, plan: bool = True,
               host_times=None, slices: int | None = None) -> StepTiming:
@@ -341,6 +343,13 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     if not isinstance(exchange, ExchangeConfig):
         exchange = ExchangeConfig(mode=exchange or "sgd")
     slices = slices_for(graph.batch, slices)
+    if policy == "gpu_only":
+        p = step_part(part, host_part)
+        timing = time_schedule(gpu_only_schedule(graph, exchange.mode), graph, p, host_part,
+                               "serial", issue_width, progress, options, False, layrub,
+                               exchange, None, host_times)
+        timing.policy = "gpu_only"
+        return timing
     if rule is None:
         rule = policy == "authority" and not options
     p = step_part(part, host_part)
@@ -361,8 +370,23 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
     return timing
 
 
+def peak_issue_width(part) -> int:
+    """Requests a side's front end offers per memory cycle: as many as the part's buses move
+    at peak (channels x bus bytes x 2 transfers a cycle / request bytes: 4 on one HBM2 stack,
+    16 on four), so neither the host's crossbar nor the PIM's command path caps the memory."""
+    return max(1, math.ceil(part.channel_count * part.org["bus_width"] / 8 * 2
+                            / part.request_bytes))
+
+
+def gpu_only_schedule(graph: LayerGraph, exchange: str = "sgd") -> Schedule:
+    """GPU-only execution: the serial baseline's tasks in its order, every one on the host (the
+    non-CONV ops as the GPU's memory-bound kernels: pimrt.runtime.work.GPU_KERNELS)."""
+    s = build_schedule(graph, 1, pipelined=False, exchange=exchange)
+    return dataclasses.replace(s, tasks=[dataclasses.replace(t, side="host") for t in s.tasks])
+
+
 def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
-                  policy: str = "authority", issue_width: int = 4, progress=None,
+                  policy: str = "authority", issue_width: int | None = None, progress=None,
                   options: dict | None = None, rule: bool = False, layrub: bool = False,
                   exchange=None, placement=None, host_times=None) -> StepTiming:
     """Run the tasks of `schedule` through memctl under `policy` on the part (a Part, as
@@ -370,6 +394,7 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
     changes. rule: the authority parameters per host CONV/linear (pimrt.runtime.authority)."""
     from pimrt.runtime.exchange import ExchangeConfig
     exchange = exchange or ExchangeConfig()
+    issue_width = issue_width or peak_issue_width(part)
     placement = placement or place_step(graph, part, exchange.mode)
     ctx = context(graph, part, placement, host_part, policy, exchange=exchange,
                   host_times=host_times)
@@ -412,9 +437,10 @@ def _task_times(ctl, n: int) -> tuple[np.ndarray, np.ndarray]:
     return ev[0:2 * n:2, 0], ev[1:2 * n:2, 1]
 
 
-def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
-                          host_part="v100", issue_width: int = 4, progress=None,
-                          plan: bool = True, host_times=None, slices: int | None = None) -> dict:
+def contention_free_bound(graph: LayerGraph, groups: int = 4, part="v100_hbm2_pim",
+                          host_part="v100", issue_width: int | None = None, progress=None,
+                          plan: bool = True, host_times=None, slices: int | None = None,
+                          exchange=None) -> dict:
     """The pipelined step as if host and PIM each had the memory to themselves: every task of
     the co-execution schedule (with its planned weight gradients, as time_step runs it) is
     timed through memctl alone (host and PIM never at once: a barrier whenever the side
@@ -422,14 +448,21 @@ def contention_free_bound(graph: LayerGraph, groups: int = 4, part="hbm2_pim",
     and its dependencies have ended. The gap between this and a policy's step time is what
     sharing the channels costs; the gap between serial and this is all the dependencies leave
     to overlap."""
+    from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.runtime.plan import list_schedule, task_key
+    if not isinstance(exchange, ExchangeConfig):
+        exchange = ExchangeConfig(mode=exchange or "sgd")
     p = step_part(part, host_part)
     slices = slices_for(graph.batch, slices)
+    plan = plan and exchange.mode in ("sgd", "gradsa")     # as time_step plans
     schedule, duration, _ = planned_schedule(graph, groups, p, host_part, issue_width,
-                                             progress, plan, host_times=host_times,
-                                             slices=slices)
+                                             progress, plan, exchange=exchange,
+                                             host_times=host_times, slices=slices)
     makespan = list_schedule(schedule, duration)[0]
     busy = {side: int(sum(duration[task_key(t)] for t in schedule.tasks if t.side == side))
             for side in ("host", "pim")}
-    return {"makespan_cycles": makespan, "step_ms": makespan * p.timing["tCK"] * 1e-6,
-            "host_busy_cycles": busy["host"], "pim_busy_cycles": busy["pim"]}
+    ms = p.timing["tCK"] * 1e-6
+    return {"makespan_cycles": makespan, "step_ms": makespan * ms,
+            "host_busy_cycles": busy["host"], "pim_busy_cycles": busy["pim"],
+            # no schedule can beat the longer side's work alone
+            "lower_bound_step_ms": max(busy.values()) * ms}

@@ -76,6 +76,39 @@ KERNELS = {
 }
 
 
+# The same ops as the GPU runs them (GPU-only execution, and the pools the unit cannot run):
+# torch's CUDA kernels and cuDNN in fp32 training, each kernel one pass over its streams, the
+# passes one after another; (kind, phase) -> [[(R/W, role, share of the role's region)]].
+# Batch norm forward: the statistics (one pass, Welford), then y = x * k + b; backward: the
+# sums of dy and dy * x, then dx. ReLU's backward reads its output (threshold_backward); max
+# pooling writes an int64 index an output (2 fp32 outputs' worth) that its backward reads.
+# A role "result" is the op's own output (act:layer).
+GPU_KERNELS = {
+    ("batchnorm", "fwd"): [[("R", "input", 1)], [("R", "input", 1), ("W", "output", 1)]],
+    ("batchnorm_stats", "fwd"): [[("R", "input", 1)]],
+    ("batchnorm_apply", "fwd"): [[("R", "input", 1), ("W", "output", 1)]],
+    ("batchnorm", "bwd"): [[("R", "grad_output", 1), ("R", "input", 1)],
+                           [("R", "grad_output", 1), ("R", "input", 1), ("W", "grad_input", 1)]],
+    ("relu", "fwd"): [[("R", "input", 1), ("W", "output", 1)]],
+    ("relu6", "fwd"): [[("R", "input", 1), ("W", "output", 1)]],
+    ("relu", "bwd"): [[("R", "result", 1), ("R", "grad_output", 1), ("W", "grad_input", 1)]],
+    ("relu6", "bwd"): [[("R", "result", 1), ("R", "grad_output", 1), ("W", "grad_input", 1)]],
+    ("add", "fwd"): [[("R", "input", 1), ("R", "input2", 1), ("W", "output", 1)]],
+    ("maxpool", "fwd"): [[("R", "input", 1), ("W", "output", 1), ("W", "index", 1)]],
+    ("avgpool", "fwd"): [[("R", "input", 1), ("W", "output", 1)]],
+    ("avgpool", "bwd"): [[("R", "grad_output", 1), ("W", "grad_input", 1)]],
+    ("concat", "fwd"): [[("R", "output", 1), ("W", "output", 1)]],
+    ("accumulate", "bwd"): [[("R", "grad", 1), ("R", "grad", 1), ("W", "grad", 1)]],
+    ("update", "update"): [[("R", "param", 1), ("R", "pgrad", 1), ("R", "momentum", 1),
+                            ("W", "momentum", 1), ("W", "param", 1)]],
+    ("fold", "update"): [[("R", "param", 1), ("R", "pgrad", 1), ("R", "momentum", 1),
+                          ("R", "residual", 1), ("W", "momentum", 1), ("W", "residual", 1)]],
+    ("select", "update"): [[("R", "residual", 1), ("R", "momentum", 1), ("W", "momentum", 1),
+                            ("W", "smask", 1), ("W", "update", 1)]],
+    ("update", "apply"): [[("R", "param", 1), ("R", "update", 1), ("W", "param", 1)]],
+}
+
+
 @dataclasses.dataclass
 class Context:
     graph: LayerGraph
@@ -84,6 +117,8 @@ class Context:
     placement: Placement
     partition: bool = False        # bank_partition: PIM reaches only its banks
     pim_scope: int = 16            # banks an all-bank command acts on
+    pim_units: int = 4             # units of a channel that work (beside a bank of the scope)
+    pim_column_cycles: int = 8     # memory cycles between two all-bank column commands
     exchange: ExchangeConfig = ExchangeConfig()
     # measured host kernel times, (layer, phase, lo, hi) -> ms, replacing the modelled
     # compute (pimrt.runtime.host_times); None: the host part's model
@@ -95,13 +130,37 @@ class Context:
 
 
 def context(graph: LayerGraph, part: Part, placement: Placement, host_part="v100",
-            policy: str = "authority", pim_banks: int | None = None,
-            exchange: ExchangeConfig | None = None, host_times: Mapping | None = None) -> Context:
-    nbanks = part.org["ranks"] * part.banks_per_rank
+            policy: str = "authority", exchange: ExchangeConfig | None = None,
+            host_times: Mapping | None = None) -> Context:
+    from pimrt.memctl.controller import default_pim_banks
     partition = policy == "bank_partition"
-    scope = (pim_banks or nbanks // 2) if partition else nbanks
-    return Context(graph, part, load_host_part(host_part), placement, partition, scope,
+    banks = default_pim_banks(part) if partition else None
+    units = part.pim_scope_units(banks)
+    return Context(graph, part, load_host_part(host_part), placement, partition,
+                   sum(units.values()), len(units), part.pim_scope_column_cycles(banks),
                    exchange or ExchangeConfig(), host_times)
+
+
+def pim_memory_cycles(kernel: str, numel: int, ctx: Context) -> float:
+    """Memory cycles the units of one channel need for a kernel on `numel` elements spread
+    over every channel: the unit's clock cycles at the part's lane count (measured on the
+    RTL, pimrt.pim.cycles), on each working unit's share, over the units' clock ratio."""
+    pim = ctx.part.pim
+    units = ctx.pim_units * ctx.part.channel_count
+    cpe = unit_cycles_per_element(kernel, pim["lanes"])
+    return cpe * numel / units / pim["clock_ratio"]
+
+
+def unit_cycles_per_element(kernel: str, lanes: int) -> float:
+    """The unit's clock cycles per element of `kernel` at `lanes` fp32 lanes, as measured on
+    the RTL; a lane count never measured is a ConfigError."""
+    from pimrt.errors import ConfigError
+    table = pim_cycles.table()
+    measured = table.get("lanes", 8)
+    if lanes != measured:
+        raise ConfigError(f"[pim] lanes = {lanes}: the PIM kernels' cycles are measured on the "
+                          f"RTL at {measured} lanes only (pimrt/pim/kernel_cycles.json)")
+    return pim_cycles.cycles_per_element(kernel)
 
 
 def _records(n: int) -> np.ndarray:
@@ -201,6 +260,8 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
         return _interleave(addr, op, HOST, compute, HOST_BATCH)
     if task.kind in ("fetch", "evict", "sample", "exchange"):
         return exchange_records(task, ctx)
+    if (task.kind, task.phase) in GPU_KERNELS:
+        return gpu_records(task, ctx)
     # streaming host work: loss, dropout, pools the PIM cannot do, unsupported ops
     parts = []
     for role, (tensor, nbytes) in task.tensors.items():
@@ -219,6 +280,31 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
     addr = np.concatenate([p[0] for p in parts])
     op = np.concatenate([p[1] for p in parts])
     return _interleave(addr, op, HOST, 0, HOST_BATCH)
+
+
+def gpu_records(task: Task, ctx: Context) -> np.ndarray:
+    """An op the PIM could run, run by the GPU instead (GPU_KERNELS): each kernel streams its
+    share of every region it reads and writes, the streams interleaved line by line as a
+    grid of thread blocks walks them; memory-bound, so no compute delay."""
+    out = []
+    for passes in GPU_KERNELS[(task.kind, task.phase)]:
+        addrs, ops = [], []
+        for rw, role, frac in passes:
+            if role == "result":
+                region = ctx.placement[f"act:{task.layer}"]
+            elif role == "index":
+                region = ctx.placement[f"index:{task.layer}"]
+            else:
+                region = _region_for(task, role, ctx)
+            start, nbytes = _task_slice(task, region)
+            a, o = _stream_lines(start, nbytes * frac, WRITE if rw == "W" else READ)
+            addrs.append(a)
+            ops.append(o)
+        order = np.argsort(np.concatenate([np.linspace(0, 1, len(a), endpoint=False)
+                                           for a in addrs]), kind="stable")
+        out.append(_interleave(np.concatenate(addrs)[order], np.concatenate(ops)[order], HOST,
+                               0, HOST_BATCH))
+    return np.concatenate(out)
 
 
 def exchange_records(task: Task, ctx: Context) -> np.ndarray:
@@ -303,7 +389,6 @@ def pim_records(task: Task, ctx: Context) -> np.ndarray:
     cols = part.columns_per_row
     bytes_per_op = part.request_bytes * ctx.pim_scope
     sets = (o["ranks"] * part.banks_per_rank) // ctx.pim_scope   # bank sets a row span holds
-    units = part.pim["units_per_bankgroup"] * o["bankgroups"] * o["ranks"] * chans
     es = 4
     out = []
     for kernel, streams in kernels:
@@ -328,8 +413,8 @@ def pim_records(task: Task, ctx: Context) -> np.ndarray:
         order = np.argsort(np.concatenate([np.linspace(0, 1, len(a), endpoint=False)
                                            for a in addrs]), kind="stable")
         addr, op = addr[order], op[order]
-        compute = pim_cycles.cycles_per_element(kernel) * task.numel / units
-        memory = len(addr) / chans * part.pim_column_cycles
+        compute = pim_memory_cycles(kernel, task.numel, ctx)
+        memory = len(addr) / chans * ctx.pim_column_cycles
         extra = int(max(0.0, compute - memory))
         out.append(_interleave(addr, op, PIM, extra, PIM_BATCH))
     return np.concatenate(out)

@@ -1,0 +1,212 @@
+"""The system a step runs on and the yardsticks it is measured against: the default V100 part
+with its four HBM2 stacks, every PIM parameter used by the timing, GPU-only execution, and
+every policy and baseline running the same work task by task."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from pimrt.errors import ConfigError
+from pimrt.graph import capture
+from pimrt.memctl import load_part
+from pimrt.runtime.placement import place_step
+from pimrt.runtime.schedule import build_schedule
+from pimrt.runtime.timing import alone_durations, gpu_only_schedule, step_part
+from pimrt.runtime.work import GPU_KERNELS, context, task_records
+from pimrt.trace.records import DELAY, READ, WRITE
+from test_runtime import small_cnn
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return capture(small_cnn([8, 16], [True, False], "max"), (4, 3, 16, 16))
+
+
+def test_the_default_system_is_the_v100_with_its_own_memory():
+    from pimrt.cli import build_parser
+    from pimrt.host import load_host_part
+    from pimrt.runtime.session import system
+    p = load_part("v100_hbm2_pim")
+    assert p.channel_count == 32 and p.org["bus_width"] == 128
+    assert p.peak_bandwidth_gbs == pytest.approx(898.2, abs=0.1)       # 877 MHz, 4096 bits
+    assert p.capacity_bytes == 32 << 30
+    assert p.pim["units_per_bankgroup"] == 2 and p.pim_banks_per_unit == 2   # HBM-PIM
+    assert p.pim["clock_mhz"] == 300 and p.pim["clock_ratio"] == pytest.approx(0.342)
+    s = system("v100_hbm2_pim", "v100")
+    assert s["memory"]["pim_units"] == 32 * 8 and s["memory"]["pim_lanes"] == 8
+    assert s["memory"]["host_outstanding_requests"] == load_host_part("v100").outstanding(p)
+    assert s["host"]["peak_tflops"] == 15.7
+    parser = build_parser()
+    for cmd in (["run"], ["compare"], ["host-times"]):
+        assert parser.parse_args(cmd).part == "v100_hbm2_pim"
+    assert load_part("hbm2_pim").channel_count == 8          # the one-stack part stays
+
+
+def _pim_cycles(graph, part) -> int:
+    """The PIM's work alone on `part`: every PIM task of the step timed with the memory to
+    itself, summed."""
+    sched = build_schedule(graph, 1, pipelined=False)
+    d = alone_durations(sched, graph, step_part(part, "v100"), "v100")
+    from pimrt.runtime.plan import task_key
+    return sum(d[task_key(t)] for t in sched.tasks if t.side == "pim")
+
+
+def test_each_pim_parameter_moves_the_pims_time(graph):
+    from pimrt.runtime.work import pim_memory_cycles
+    base = load_part("hbm2_pim")
+    t0 = _pim_cycles(graph, base)
+    # a slower unit clock: the same unit cycles take more memory cycles
+    slow_part = load_part("hbm2_pim", {"pim.clock_mhz": 300})
+    slow = _pim_cycles(graph, slow_part)
+    assert slow > t0
+    ctx = [context(graph, p, place_step(graph, p)) for p in (base, slow_part)]
+    assert pim_memory_cycles("relu_fwd", 10**6, ctx[1]) == \
+        pytest.approx(pim_memory_cycles("relu_fwd", 10**6, ctx[0]) / 0.3)
+    # more units (one per bank instead of one per bank group): each takes fewer elements
+    # and fewer banks' columns between two all-bank commands
+    many_part = load_part("hbm2_pim", {"pim.units_per_bankgroup": 4})
+    many = context(graph, many_part, place_step(graph, many_part))
+    assert (ctx[0].pim_units, ctx[0].pim_column_cycles) == (4, 8)
+    assert (many.pim_units, many.pim_column_cycles) == (16, 2)
+    assert pim_memory_cycles("relu_fwd", 10**6, many) == \
+        pytest.approx(pim_memory_cycles("relu_fwd", 10**6, ctx[0]) / 4)
+    # the mode switch is the part's too
+    assert load_part("hbm2_pim", {"pim.mode_switch_cycles": 100}).pim["mode_switch_cycles"] == 100
+
+
+def test_lanes_the_rtl_was_not_measured_at_are_refused(graph):
+    from pimrt.pim import cycles
+    measured = cycles.table().get("lanes", 8)
+    other = 32 if measured != 32 else 16
+    part = step_part(load_part("hbm2_pim", {"pim.lanes": other}), "v100")
+    sched = build_schedule(graph, 1, pipelined=False)
+    ctx = context(graph, part, place_step(graph, part))
+    task = next(t for t in sched.tasks if t.side == "pim")
+    with pytest.raises(ConfigError, match=f"lanes = {other}: the PIM kernels' cycles are "
+                                          f"measured on the RTL at"):
+        task_records(task, ctx)
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"pim.lanes": 6}, "[pim] lanes: must be a power of two"),
+    ({"pim.clock_ratio": 0}, "[pim] clock_ratio: must be positive"),
+    ({"pim.clock_mhz": 0}, "[pim] clock_mhz: must be positive"),
+    ({"pim.clock_mhz": 2000}, "[pim] clock_ratio: the units would run at 2.28 x the memory"),
+    ({"pim.units_per_bankgroup": 8}, "[pim] units_per_bankgroup: 8 units per bank group are "
+                                     "more than its 4 banks"),
+    ({"pim.units_per_bankgroup": 3}, "[pim] units_per_bankgroup: 3 units do not divide"),
+])
+def test_a_pim_that_cannot_be_honoured_is_refused(override, message):
+    with pytest.raises(ConfigError) as e:
+        load_part("v100_hbm2_pim", override)
+    assert message in str(e.value) and "v100_hbm2_pim.toml" in str(e.value)
+
+
+def test_an_unknown_part_lists_the_shipped_ones(capsys):
+    from pimrt.cli import main
+    assert main(["run", "--part", "v100_hbm", "--functional", "none", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "no such part: 'v100_hbm'" in err and "v100_hbm2_pim" in err and "hbm2_pim" in err
+
+
+def test_the_units_clock_is_given_one_way():
+    one = load_part("v100_hbm2_pim", {"pim.clock_ratio": 0.5})   # replaces the file's MHz
+    assert one.pim["clock_ratio"] == 0.5 and one.pim["clock_mhz"] == pytest.approx(500 / 1.14)
+
+
+# ---- GPU-only ---------------------------------------------------------------------------------
+
+def test_gpu_only_runs_the_serial_steps_ops_all_on_the_host(graph):
+    serial = build_schedule(graph, 1, pipelined=False)
+    gpu = gpu_only_schedule(graph)
+    assert {t.side for t in gpu.tasks} == {"host"}
+    assert [(t.layer, t.kind, t.phase) for t in gpu.tasks] == \
+        [(t.layer, t.kind, t.phase) for t in serial.tasks]
+    part = step_part("v100_hbm2_pim", "v100")
+    ctx = context(graph, part, place_step(graph, part))
+    for t in gpu.tasks:
+        if (t.kind, t.phase) not in GPU_KERNELS:
+            continue
+        recs = task_records(t, ctx)
+        assert (recs["op"] == DELAY).sum() == 0            # memory-bound kernels
+        moved = int((recs["op"] <= WRITE).sum()) * 64
+        expect = 0
+        for passes in GPU_KERNELS[(t.kind, t.phase)]:
+            for rw, role, frac in passes:
+                if role == "input":
+                    nbytes = graph[graph[t.layer].inputs[0]].bytes
+                elif role in ("output", "result"):
+                    nbytes = graph[t.layer].bytes
+                elif role == "index":
+                    nbytes = graph[t.layer].numel * 8
+                elif role in ("grad_output",):
+                    nbytes = graph[t.layer].bytes
+                elif role == "grad_input":
+                    nbytes = graph[graph[t.layer].inputs[0]].bytes
+                elif role in ("param", "pgrad", "momentum"):
+                    nbytes = graph[t.layer].param_bytes
+                else:
+                    nbytes = None
+                if nbytes is None:
+                    expect = None
+                    break
+                expect += -(-nbytes // 64) * 64
+            if expect is None:
+                break
+        if expect is not None:
+            assert moved == expect, t.label
+    # batch norm: the statistics pass reads x, the apply pass reads x and writes y
+    bn = next(t for t in gpu.tasks if t.kind == "batchnorm" and t.phase == "fwd")
+    recs = task_records(bn, ctx)
+    x = graph[graph[bn.layer].inputs[0]].bytes // 64
+    assert (recs["op"] == READ).sum() == 2 * x and (recs["op"] == WRITE).sum() == x
+
+
+# ---- the same work under every policy --------------------------------------------------------
+
+def _work(schedule, graph, part, policy):
+    ctx = context(graph, part, place_step(graph, part), policy=policy)
+    return [task_records(t, ctx) for t in schedule.tasks]
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_every_policy_runs_the_same_work_task_by_task(graph, pipelined):
+    """serial, authority and bank partitioning give each task of one schedule the same host
+    requests, compute and PIM bytes; partitioning adds only its copies of the shared maps (the
+    host's output moved between its banks and the PIM's, pinned here) and runs the PIM's bytes
+    as commands on half the banks (twice as many)."""
+    part = step_part("v100_hbm2_pim", "v100")
+    s = build_schedule(graph, 2, pipelined=pipelined)
+    serial, auth, bp = (_work(s, graph, part, p)
+                        for p in ("serial", "authority", "bank_partition"))
+    for t, a, b, c in zip(s.tasks, serial, auth, bp):
+        assert np.array_equal(a, b), t.label               # serial == authority, record by record
+        if t.side == "pim":
+            pa, pc = a[a["op"] <= WRITE], c[c["op"] <= WRITE]
+            for op in (READ, WRITE):                        # the same bytes on half the banks
+                assert abs((pc["op"] == op).sum() - 2 * (pa["op"] == op).sum()) <= 3 or \
+                    (pa["op"] == op).sum() <= 1, t.label
+            # the unit's compute is the same: half the banks, every unit still working
+            assert c["value"][c["op"] == DELAY].sum() >= a["value"][a["op"] == DELAY].sum()
+        else:
+            extra = len(c[c["op"] <= WRITE]) - len(a[a["op"] <= WRITE])
+            share = t.tensors.get("output") or t.tensors.get("grad_input")
+            if t.kind in ("conv", "linear") and share:
+                nbytes = share[1] // max(t.groups, 1) // max(t.slices if t.slice >= 0 else 1, 1)
+                assert extra == 2 * -(-nbytes // 64) or abs(extra - 2 * nbytes / 64) <= 2, \
+                    t.label                               # read and write the share once
+            else:
+                assert extra == 0, t.label
+            assert a["value"][a["op"] == DELAY].sum() == c["value"][c["op"] == DELAY].sum()
+
+
+def test_a_handicapped_baseline_is_caught(graph, monkeypatch):
+    """If the serial baseline's PIM ran with half-bank commands (as bank partitioning must),
+    the same-work check above would fail: the serial context is the authority context."""
+    part = step_part("v100_hbm2_pim", "v100")
+    s = build_schedule(graph, 1, pipelined=False)
+    serial = _work(s, graph, part, "serial")
+    handicapped = [task_records(t, dataclasses.replace(
+        context(graph, part, place_step(graph, part), policy="serial"),
+        pim_scope=8)) for t in s.tasks]
+    assert any(not np.array_equal(a, b) for a, b in zip(serial, handicapped))
