@@ -1,13 +1,15 @@
 """Micro-programs for the non-CONV work of training, and host-side wrappers that run them over
 numpy buffers on any backend (golden model, pyverilator RTL, batch driver).
 
-Stream kernels walk one or more equal-length streams of fp32 values, one bank region per
-stream, one column (LANES values) per step; the loop body is unrolled to fill the command
-register file. Buffers are padded with zeros to whole unrolled steps and split into chunks
-that fit the bank. Pooling kernels walk a channels-last (NHWC, C padded to a multiple of
-LANES) image with nested loops. Per-channel scalar work (mean, 1/sqrt(var+eps), the
-constants of the backward formula) and the final sum of the LANES partial sums of a
-reduction are done on the host, in float64.
+Every kernel moves each stream through the bank a block at a time (up to BLOCK_MAX
+consecutive columns of LANES values per visit, held in the GRF), so one DRAM row visit serves
+a block. Stream kernels walk equal-length streams, one bank region per stream; buffers are
+padded with zeros to whole blocks and split into chunks that fit the bank. Channel kernels
+(batch norm) walk many channels per run; pooling kernels a channels-last (NHWC, C padded to
+a multiple of LANES) image with nested loops. Per-channel scalar work (mean, 1/sqrt(var+eps),
+the constants of the backward formula) and the final combination of the per-lane partial
+sums of a reduction are done on the host, in float64. pimrt.pim.access derives from these
+same programs what one unit does in its bank, for the timing model.
 """
 from __future__ import annotations
 
