@@ -532,7 +532,7 @@ def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5,
     slices: the statistics are taken per batch slice (N / slices samples each) and combined
     the same way, so that a slice's statistics can run as soon as the host has written it
     (the forward pass by batch slices, pimrt.runtime.schedule)."""
-    x, C = _channels(x)
+    x, C = _channels(x, gamma=gamma, beta=beta)
     N = x.shape[0]
     if slices < 1 or N % slices:
         raise PimError(f"batch norm: {slices} slices do not divide the batch of {N}")
@@ -701,6 +701,8 @@ def _pool_input(x, what: str):
     if x.ndim != 4:
         raise PimError(f"{what} wants NCHW input, got shape {x.shape}")
     N, C, H, W = x.shape
+    if H < 2 or W < 2 or N * C == 0:
+        raise PimError(f"{what}: input of shape {x.shape} has no 2x2 window")
     return x[:, :, :H // 2 * 2, :W // 2 * 2], N, C, H // 2 * 2, W // 2 * 2
 
 
@@ -722,8 +724,14 @@ def maxpool2_forward(backend: Backend, x) -> np.ndarray:
 
 def avgpool2_backward(backend: Backend, dy, input_shape) -> np.ndarray:
     """Gradient of F.avg_pool2d(x, 2) for an input of input_shape (NCHW)."""
+    if len(input_shape) != 4:
+        raise PimError(f"avgpool2 backward wants an NCHW input shape, got {tuple(input_shape)}")
     N, C, H, W = input_shape
     dy = np.asarray(dy, np.float32)
+    _pool_input(np.empty((N, C, H, W), np.float32), "avgpool2 backward")
+    if dy.shape != (N, C, H // 2, W // 2):
+        raise PimError(f"avgpool2 backward: dy of shape {dy.shape} does not match the input "
+                       f"{tuple(input_shape)} (want {(N, C, H // 2, W // 2)})")
     src, _ = _to_nhwc(dy, backend.lanes)
     He, We = H // 2 * 2, W // 2 * 2
     out = _pool(backend, "avgpool2_bwd", src, N, He, We, C)
