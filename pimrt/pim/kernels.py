@@ -715,7 +715,8 @@ def avgpool2_forward(backend: Backend, x) -> np.ndarray:
 
 
 def maxpool2_forward(backend: Backend, x) -> np.ndarray:
-    """F.max_pool2d(x, 2) values (NaN wins; max(-0, +0) = +0)."""
+    """F.max_pool2d(x, 2) values (NaN wins; on a tie, +0 and -0 included, the first of the
+    window in row-major order, as torch)."""
     x, N, C, H, W = _pool_input(x, "maxpool2")
     src, _ = _to_nhwc(x, backend.lanes)
     out = _pool(backend, "maxpool2_fwd", src, N, H, W, C)
