@@ -28,11 +28,15 @@ module pim_top #(
     output [2:0]            err_code,
     output [5:0]            err_pc,
     output [31:0]           cycles,
-    output [5:0]            pc
+    output [5:0]            pc,
+    // the unit's bank port, for recording its accesses: a read of p_raddr this clock
+    // (p_re), a write of p_waddr landing this clock (p_we)
+    output                  p_re,
+    output [15:0]           p_raddr,
+    output                  p_we,
+    output [15:0]           p_waddr
 );
-    wire [15:0]           p_raddr, p_waddr;
     wire [32*LANES-1:0]   p_rdata, p_wdata;
-    wire                  p_we;
 
     // The mode input is sampled at each clock: a change takes effect from the next cycle
     // (and keeps the unit's datapath off the combinational paths from the top inputs).
@@ -44,7 +48,7 @@ module pim_top #(
         .cfg_we(cfg_we), .cfg_sel(cfg_sel), .cfg_idx(cfg_idx), .cfg_wdata(cfg_wdata),
         .busy(busy), .done(done), .err_code(err_code), .err_pc(err_pc),
         .cycles(cycles), .pc(pc),
-        .b_raddr(p_raddr), .b_rdata(p_rdata), .b_we(p_we), .b_waddr(p_waddr), .b_wdata(p_wdata)
+        .b_raddr(p_raddr), .b_re(p_re), .b_rdata(p_rdata), .b_we(p_we), .b_waddr(p_waddr), .b_wdata(p_wdata)
     );
 
     bank_array #(.LANES(LANES), .ROWS(ROWS), .COLS(COLS), .AW(16)) u_bank (

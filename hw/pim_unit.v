@@ -29,6 +29,7 @@ module pim_unit #(
     output reg [31:0]           cycles,
     output reg [5:0]            pc,
     output     [AW-1:0]         b_raddr,
+    output                      b_re,      // the current instruction reads b_raddr
     input      [32*LANES-1:0]   b_rdata,
     output reg                  b_we,
     output reg [AW-1:0]         b_waddr,
@@ -52,6 +53,11 @@ module pim_unit #(
     wire        rd_b = ins[31:27] != `OP_MOV && ins[14:13] == `K_BANK;
     wire [2:0]  rd_p = ins[20:19] == `K_BANK ? ins[17:15] : (rd_b ? ins[11:9] : ins[5:3]);
     assign b_raddr = ptrs[rd_p * AW +: AW];
+    wire [4:0]  i_op = ins[31:27];
+    wire        i_data = i_op >= `OP_MOV && i_op <= `OP_SEL;
+    assign b_re = busy && mode && !pc[5] && i_data && (ins[20:19] == `K_BANK
+                  || (i_op != `OP_MOV && ins[14:13] == `K_BANK)
+                  || ((i_op == `OP_MAD || i_op == `OP_SEL) && ins[8:7] == `K_BANK));
 
     function automatic [W-1:0] operand(input [5:0] f);
         case (f[5:4])

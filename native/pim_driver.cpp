@@ -66,6 +66,43 @@ struct Driver {
 
 Driver *D(void *h) { return static_cast<Driver *>(h); }
 
+inline void note(uint32_t *rec, uint64_t cap, uint64_t *nrec, uint64_t clock, uint32_t word) {
+    if (*nrec < cap) {
+        rec[2 * *nrec] = static_cast<uint32_t>(clock);
+        rec[2 * *nrec + 1] = word;
+    }
+    ++*nrec;
+}
+
+// Run from pc 0 until busy falls or the cap. Recording: before a clock, the read the
+// current instruction makes (p_re, combinational); after it, the write it sent (p_we,
+// registered), so reads and writes come in program order.
+template <bool Rec>
+int run(Driver *d, uint64_t max_cycles, uint64_t *cycles, uint32_t *pc, uint32_t *rec,
+        uint64_t cap, uint64_t *nrec) {
+    Vpim_top *t = d->top;
+    d->set_mode(1);
+    t->start = 1;
+    d->tick();
+    t->start = 0;
+    uint64_t n = 0;
+    while (t->busy) {
+        if (n >= max_cycles) {
+            *cycles = n;
+            *pc = t->pc;
+            d->reset();   // abandon the program: busy drops, registers keep their values
+            return -1;
+        }
+        if (Rec && t->p_re) note(rec, cap, nrec, n, t->p_raddr);
+        d->tick();
+        if (Rec && t->p_we) note(rec, cap, nrec, n, 0x80000000u | t->p_waddr);
+        ++n;
+    }
+    *cycles = n;
+    *pc = t->err_code ? t->err_pc : t->pc;
+    return t->err_code;
+}
+
 }  // namespace
 
 extern "C" {
@@ -152,26 +189,13 @@ void pim_bank_read(void *h, uint32_t col, uint32_t *data, uint32_t ncols, int vi
 }
 
 int pim_run(void *h, uint64_t max_cycles, uint64_t *cycles, uint32_t *pc) {
-    Driver *d = D(h);
-    Vpim_top *t = d->top;
-    d->set_mode(1);
-    t->start = 1;
-    d->tick();
-    t->start = 0;
-    uint64_t n = 0;
-    while (t->busy) {
-        if (n >= max_cycles) {
-            *cycles = n;
-            *pc = t->pc;
-            d->reset();   // abandon the program: busy drops, registers keep their values
-            return -1;
-        }
-        d->tick();
-        ++n;
-    }
-    *cycles = n;
-    *pc = t->err_code ? t->err_pc : t->pc;
-    return t->err_code;
+    return run<false>(D(h), max_cycles, cycles, pc, nullptr, 0, nullptr);
+}
+
+int pim_run_record(void *h, uint64_t max_cycles, uint64_t *cycles, uint32_t *pc,
+                   uint32_t *rec, uint64_t cap, uint64_t *nrec) {
+    *nrec = 0;
+    return run<true>(D(h), max_cycles, cycles, pc, rec, cap, nrec);
 }
 
 }  // extern "C"

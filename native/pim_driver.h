@@ -21,6 +21,12 @@ void pim_bank_read(void *h, uint32_t col, uint32_t *data, uint32_t ncols, int vi
 /* run from pc 0: returns 0 on EXIT, the fault code (1..5) on a fault, -1 at the cycle cap;
  * *cycles: cycles the unit was busy; *pc: the faulting pc, or the pc at the cap */
 int pim_run(void *h, uint64_t max_cycles, uint64_t *cycles, uint32_t *pc);
+/* pim_run that also records the unit's bank-port accesses, in program order: rec[2*i] is the
+ * clock (0 = the first clock of the run), rec[2*i+1] the column address with bit 31 set for
+ * a write. At most cap records are stored; *nrec is the number made (more than cap: some
+ * were dropped). */
+int pim_run_record(void *h, uint64_t max_cycles, uint64_t *cycles, uint32_t *pc,
+                   uint32_t *rec, uint64_t cap, uint64_t *nrec);
 /* clock cycles simulated by this handle so far (all ports, all runs) */
 uint64_t pim_clock_count(void *h);
 

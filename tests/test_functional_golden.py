@@ -157,42 +157,47 @@ def test_channel_kernels_at_once_equal_stepping(name):
     assert (fast.col_reads, fast.col_writes) == (slow.col_reads, slow.col_writes)
 
 
-@pytest.mark.parametrize("shape", [(4, 16, 8, 8), (3, 5, 7, 9), (2, 6, 4, 4), (64, 3)])
-def test_channel_batch_norm_equals_per_channel_kernels(shape):
-    """Channels that fit the bank in one piece: the same float32 operations per lane as the
-    per-channel kernels, so the same bits."""
-    from pimrt.runtime import functional as FN
+def _lane_sums(x, L, block):
+    """bn_stats_ch in numpy: per channel and lane, K = the lane's first value, then float32
+    sums of x - K and (x - K)^2 in column order (padding adds exact zeros)."""
+    C, n = x.shape
+    cols = -(-n // L)
+    s = np.zeros((C, 2, L), np.float32)
+    for c in range(C):
+        for lane in range(min(L, n)):
+            d = (x[c, lane::L] - x[c, lane]).astype(np.float32)
+            s[c, 0, lane] = np.add.accumulate(np.concatenate([[0], d]).astype(np.float32))[-1]
+            sq = (d * d).astype(np.float32)
+            s[c, 1, lane] = np.add.accumulate(np.concatenate([[0], sq]).astype(np.float32))[-1]
+    return s, cols
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 8, 8), (3, 5, 7, 9), (2, 6, 4, 4), (64, 3), (1, 2, 1)])
+def test_channel_batch_norm_statistics_and_channel_independence(shape):
+    """bn_stats_ch's per-lane sums equal numpy's float32 sums bit for bit; each channel run on
+    its own gives the same bits as all channels in one run."""
     rng = np.random.default_rng(sum(shape))
-    x = (rng.standard_normal(shape) * 2 + 1).astype(np.float32)
+    x = (rng.standard_normal(shape) * 2 + 100).astype(np.float32)
     dy = rng.standard_normal(shape).astype(np.float32)
     C = shape[1]
     gamma = (rng.random(C) + 0.5).astype(np.float32)
     beta = rng.standard_normal(C).astype(np.float32)
     g = GoldenBackend()
+    xc = K._by_channel(x)
+    r = K.run_channels(g, "bn_stats_ch", {"x": xc})
+    want, _ = _lane_sums(xc, g.lanes, K.CHANNEL_KERNELS["bn_stats_ch"].block())
+    assert _same(r.acc[:, 0], want)
     got = K.batchnorm_forward_2pass(g, x, gamma, beta, 1e-5)
-    # the per-channel reference: the unit's programs one channel at a time (SRF constants)
-    y = np.empty_like(x)
-    mean, inv = np.empty(C), np.empty(C)
-    for c in range(C):
-        xc = x[:, c].ravel()
-        m = K.run_stream(g, "bn_stats", {"x": xc}).acc.sum(axis=1)[0] / xc.size
-        m32 = float(np.float32(m))
-        s = K.run_stream(g, "bn_bwd_stats", {"x": xc, "dy": xc},
-                         {"mean": m32, "invstd": 1.0}).acc.sum(axis=1)
-        var = max((float(s[1]) + (m32 - m) * float(s[0])) / xc.size, 0.0)
-        inv[c] = 1.0 / np.sqrt(var + 1e-5)
-        mean[c] = m
-        r = K.run_stream(g, "bn_bwd_apply", {"x": xc, "dy": xc},
-                         {"mean": m32, "c1": float(gamma[c]) * inv[c], "c0": float(beta[c]),
-                          "k": 0.0})
-        y[:, c] = r.outputs["dx"].reshape(y[:, c].shape)
-    assert _same(got[0], y) and _same(got[1], mean.astype(np.float32))
-    assert _same(got[2], inv.astype(np.float32))
-    _, m32, i32 = got
+    m32, i32 = got[1], got[2]
     bwd = K.batchnorm_backward_channels(g, x, dy, gamma, m32, i32)
-    ref = K.batchnorm_backward(g, x, dy, gamma, m32, i32)
-    assert all(_same(a, b) for a, b in zip(bwd, ref))
-    assert FN.batchnorm_forward_2pass(g, x, gamma, beta, 1e-5)[0].shape == x.shape
+    for c in range(C):
+        one = K.batchnorm_forward_2pass(g, x[:, c:c + 1], gamma[c:c + 1], beta[c:c + 1], 1e-5)
+        assert all(_same(a, b) for a, b in zip(one, (got[0][:, c:c + 1], m32[c:c + 1],
+                                                      i32[c:c + 1])))
+        ob = K.batchnorm_backward_channels(g, x[:, c:c + 1], dy[:, c:c + 1], gamma[c:c + 1],
+                                           m32[c:c + 1], i32[c:c + 1])
+        assert all(_same(a, b) for a, b in zip(ob, (bwd[0][:, c:c + 1], bwd[1][c:c + 1],
+                                                     bwd[2][c:c + 1])))
 
 
 def test_big_channels_are_cut_into_pieces():
@@ -200,17 +205,22 @@ def test_big_channels_are_cut_into_pieces():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((3, 8 * 150 + 5)).astype(np.float32)
     k = K.CHANNEL_KERNELS["bn_bwd_stats_ch"]
-    pieces, P, _ = K.channel_layout(g, k, x.shape[1])
-    assert pieces > 1 and 2 * P + 4 <= g.depth
-    r = K.run_channels(g, "bn_bwd_stats_ch", {"x": x, "dy": x},
-                       {"mean": np.zeros(3, np.float32), "invstd": np.ones(3, np.float32)})
-    np.testing.assert_allclose(r.acc.sum(-1)[:, 0], x.sum(1, dtype=np.float64), rtol=1e-6)
-    np.testing.assert_allclose(r.acc.sum(-1)[:, 1], (x.astype(np.float64) ** 2).sum(1),
-                               rtol=1e-6)
+    pieces, P = K.channel_layout(g, k, x.shape[1])
+    assert pieces > 1 and 2 * P + 3 <= g.depth
+    r = K.run_channels(g, "bn_bwd_stats_ch", {"x": x, "dy": x}, {"mean": np.zeros(3, np.float32)})
+    sums = r.acc.astype(np.float64).sum(axis=(1, 3))
+    np.testing.assert_allclose(sums[:, 0], x.sum(1, dtype=np.float64), rtol=1e-6)
+    np.testing.assert_allclose(sums[:, 1], (x.astype(np.float64) ** 2).sum(1), rtol=1e-6)
     # a channel's results do not depend on the channels beside it
     one = K.run_channels(g, "bn_bwd_stats_ch", {"x": x[1:2], "dy": x[1:2]},
-                         {"mean": np.zeros(1, np.float32), "invstd": np.ones(1, np.float32)})
+                         {"mean": np.zeros(1, np.float32)})
     assert (one.acc[0] == r.acc[1]).all()
+    # the statistics over pieces: the mean and variance of each channel
+    y, mean, inv = K.batchnorm_forward_2pass(g, x[None], np.ones(3, np.float32),
+                                             np.zeros(3, np.float32))
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(mean, x64.mean(1), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(inv, 1 / np.sqrt(x64.var(1) + 1e-5), rtol=1e-6)
 
 
 def test_channel_kernels_driver_equal_golden():

@@ -26,17 +26,12 @@ def test_stream_kernels_driver_equal_golden(drv, name):
     rng = np.random.default_rng(len(name) + 100)
     n = 60_001                                        # several chunks of the 8192-column bank
     arrays = {s: (rng.standard_normal(n) * 3).astype(np.float32) for s in k.inputs}
-    if "mask" in arrays:
-        arrays["mask"] = np.where(arrays["mask"] > 0, np.uint32(0xFFFFFFFF),
-                                  np.uint32(0)).view(np.float32)
     scal = {s: float(rng.standard_normal()) for s in k.scalars}
     g = GoldenBackend()
     rg, rd = K.run_stream(g, name, arrays, scal), K.run_stream(drv, name, arrays, scal)
     assert rd.cycles == rg.cycles and rd.chunks == rg.chunks
     for s in rg.outputs:
         assert _same(rd.outputs[s], rg.outputs[s]), s
-    if k.acc:
-        assert (rd.acc == rg.acc).all()
 
 
 def test_training_step_pieces_driver_equal_golden(drv):
@@ -114,6 +109,6 @@ def test_safe_clock_build_equals_fast_clock(monkeypatch):
     monkeypatch.delenv("PIMRT_PIM_SAFE_CLOCK")
     fast, g = PimDriver(rows=16, cols=32), GoldenBackend(rows=16, cols=32)
     x = np.random.default_rng(9).standard_normal(3000).astype(np.float32)
-    outs = [K.run_stream(b, "bn_stats", {"x": x}) for b in (safe, fast, g)]
+    outs = [K.run_channels(b, "bn_stats_ch", {"x": x.reshape(3, -1)}) for b in (safe, fast, g)]
     assert outs[0].cycles == outs[1].cycles == outs[2].cycles
     assert (outs[0].acc == outs[2].acc).all() and (outs[1].acc == outs[2].acc).all()

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 from pimrt.gradsa.sparsify import sample_threshold, select
 from pimrt.gradsa.state import ParamState, accumulate, commit
 from pimrt.pim import kernels as K
-from pimrt.pim.errors import PimCapacityError
+from pimrt.pim.errors import PimCapacityError, PimError
 from pimrt.pim.golden import GoldenBackend
 
 # Batch-norm tolerance: the unit sums per lane in float32 (8 partial sums, added in float64
@@ -55,15 +55,16 @@ def test_batchnorm_forward_and_backward_vs_torch(g, shape, scale, shift):
 
 def test_relu_exact(g):
     x = _x((2, 8, 5, 5), 5)
-    x.ravel()[:6] = [0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45]
+    x.ravel()[:7] = [0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, np.nan]
     y, mask = K.relu_forward(g, x)
     xt = torch.tensor(x, requires_grad=True)
     yt = torch.relu(xt)
     assert (y.view(np.uint32) == yt.detach().numpy().view(np.uint32)).all()   # -0 stays -0
     dy = _x(x.shape, 6)
     yt.backward(torch.tensor(dy))
-    dx = K.relu_backward(g, mask, dy)
+    dx = K.relu_backward(g, y, dy)             # from the output: a NaN passes dy, as in torch
     assert (dx.view(np.uint32) == xt.grad.numpy().view(np.uint32)).all()
+    assert dx.ravel()[6] == dy.ravel()[6]
     assert (mask == (x > 0)).all()
 
 
@@ -218,7 +219,7 @@ def test_big_buffers_are_chunked(g):
     x = _x(10_000, 18)
     r = K.run_stream(small, "relu_fwd", {"x": x})
     assert (r.outputs["y"] == np.maximum(x, 0)).all()
-    assert r.chunks == -(-10_000 // (8 * (256 // 3 // 15 * 15)))   # several runs
+    assert r.chunks == -(-10_000 // (8 * (256 // 2 // 8 * 8)))   # several runs
 
 
 def test_image_too_big_for_bank_is_refused():
@@ -240,3 +241,21 @@ def test_an_image_whose_channels_do_not_fit_is_pooled_in_channel_blocks(g):
     dy = _x((3, 37, 3, 3), 22)
     F.avg_pool2d(xt, 2).backward(torch.tensor(dy))
     assert (K.avgpool2_backward(small, dy, x.shape) == xt.grad.numpy()).all()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda g: K.avgpool2_forward(g, np.ones((1, 8, 1, 4))), r"avgpool2: input of shape \(1, 8, 1, 4\) has no 2x2"),
+    (lambda g: K.avgpool2_backward(g, np.ones((1, 8, 3, 3)), (1, 8, 4, 4)),
+     r"dy of shape \(1, 8, 3, 3\) does not match the input \(1, 8, 4, 4\)"),
+    (lambda g: K.batchnorm_forward_2pass(g, np.ones((2, 3, 2, 2)), np.ones(2), np.ones(3)),
+     r"gamma has 2 values for 3 channels \(input shape \(2, 3, 2, 2\)\)"),
+    (lambda g: K.batchnorm_forward_2pass(g, np.ones((0, 3, 2, 2)), np.ones(3), np.ones(3)),
+     r"no values per channel in shape \(0, 3, 2, 2\)"),
+    (lambda g: K.batchnorm_backward_channels(g, np.ones((2, 3, 4)), np.ones((2, 3, 2)),
+                                             np.ones(3), np.ones(3), np.ones(3)),
+     r"dy \(2, 3, 2\) and x \(2, 3, 4\) differ"),
+    (lambda g: K.relu_backward(g, np.ones(5), np.ones(4)), r"relu_bwd: y \(5,\) and dy \(4,\)"),
+])
+def test_shapes_a_kernel_cannot_honour_are_clear_errors(g, call, match):
+    with pytest.raises(PimError, match=match):
+        call(g)

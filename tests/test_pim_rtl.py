@@ -115,22 +115,17 @@ def _compare_stream(rtl, name, n):
     k = K.STREAM_KERNELS[name]
     rng = np.random.default_rng(len(name))
     arrays = {s: rng.standard_normal(n).astype(np.float32) for s in k.inputs}
-    if "mask" in arrays:
-        arrays["mask"] = np.where(arrays["mask"] > 0, np.uint32(0xFFFFFFFF),
-                                  np.uint32(0)).view(np.float32)
     scal = {s: float(rng.standard_normal()) for s in k.scalars}
     g = GoldenBackend(rows=ROWS, cols=COLS)
     rg, rr = K.run_stream(g, name, arrays, scal), K.run_stream(rtl, name, arrays, scal)
     assert rr.cycles == rg.cycles
     for s in rg.outputs:
         assert (rr.outputs[s].view(np.uint32) == rg.outputs[s].view(np.uint32)).all(), s
-    if k.acc:
-        assert (rr.acc == rg.acc).all()
 
 
 @pytest.mark.parametrize("name", sorted(K.STREAM_KERNELS))
 def test_stream_kernels_rtl_equal_golden(rtl, name):
-    _compare_stream(rtl, name, 8 * 37 + 3)      # a partial column and a partial unroll
+    _compare_stream(rtl, name, 8 * 37 + 3)      # a partial column and a partial block
 
 
 @pytest.mark.parametrize("fn", [K.avgpool2_forward, K.maxpool2_forward])

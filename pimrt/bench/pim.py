@@ -24,6 +24,9 @@ def add_arguments(parser) -> None:
                         help="timed runs per figure; the best is reported (default 3)")
     parser.add_argument("--kernels", default="all", help="comma-separated kernel names")
     parser.add_argument("--rows", type=int, default=2048, help="bank rows (columns per row: 32)")
+    parser.add_argument("--lanes", default="8,16",
+                        help="lane counts of the unit to build and measure (default 8,16; "
+                             "pyverilator and the host port at 8 only)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     parser.add_argument("--update-cycles", action="store_true",
                         help="write the cycles-per-element table the timing model reads "
@@ -31,26 +34,32 @@ def add_arguments(parser) -> None:
 
 
 def _inputs(name: str, n: int, rng):
-    """-> (function running the kernel on a backend, elements it counts)."""
+    """-> (function running the kernel on a backend, elements it counts, the work in
+    pimrt.pim.access's terms for one bank)."""
     from pimrt.pim import kernels as K
     if name in K.STREAM_KERNELS:
         k = K.STREAM_KERNELS[name]
         arrays = {s: rng.standard_normal(n).astype(np.float32) for s in k.inputs}
-        if "mask" in arrays:
-            arrays["mask"] = np.where(arrays["mask"] > 0, np.uint32(0xFFFFFFFF),
-                                      np.uint32(0)).view(np.float32)
         scal = {s: 0.0 if s == "zero" else 0.5 for s in k.scalars}   # threshold 0.5
-        return (lambda b: K.run_stream(b, name, arrays, scal)), n
-    side = 16
+        return (lambda b: K.run_stream(b, name, arrays, scal)), n, {"elements": n}
     C = 64
+    if name in K.CHANNEL_KERNELS:
+        k = K.CHANNEL_KERNELS[name]
+        per = max(1, n // C)
+        arrays = {s: rng.standard_normal((C, per)).astype(np.float32) for s in k.inputs}
+        params = {p: np.full(C, 0.5, np.float32) for p in k.params}
+        return ((lambda b: K.run_channels(b, name, arrays, params)), C * per,
+                {"channels": C, "elements": per})
+    side = 16
     N = max(1, n // (C * (side // 2) ** 2))
     x = rng.standard_normal((N, C, side, side)).astype(np.float32)
+    work = {"images": N, "height": side, "width": side, "channels": C}
     if name == "avgpool2_fwd":
-        return (lambda b: K.avgpool2_forward(b, x)), x.size // 4
+        return (lambda b: K.avgpool2_forward(b, x)), x.size // 4, work
     if name == "maxpool2_fwd":
-        return (lambda b: K.maxpool2_forward(b, x)), x.size // 4
+        return (lambda b: K.maxpool2_forward(b, x)), x.size // 4, work
     dy = rng.standard_normal((N, C, side // 2, side // 2)).astype(np.float32)
-    return (lambda b: K.avgpool2_backward(b, dy, x.shape)), x.size
+    return (lambda b: K.avgpool2_backward(b, dy, x.shape)), x.size, work
 
 
 def _time(fn, backend, repeat: int) -> tuple[float, int]:
@@ -65,75 +74,49 @@ def _time(fn, backend, repeat: int) -> tuple[float, int]:
 
 
 def run(args) -> int:
-    from pimrt.pim import cycles as cyc
     from pimrt.pim import kernels as K
-    from pimrt.pim.driver import PimDriver
-    from pimrt.pim.golden import GoldenBackend
-    from pimrt.pim.rtl import PimRtl
+    from pimrt.pim.errors import PimError
 
     names = list(K.KERNELS) if args.kernels == "all" else args.kernels.split(",")
     unknown = [n for n in names if n not in K.KERNELS]
     if unknown:
-        from pimrt.pim.errors import PimError
         raise PimError(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(K.KERNELS)}")
     rows, cols = args.rows, 32
+    try:
+        lane_counts = [int(v) for v in args.lanes.split(",")]
+    except ValueError:
+        raise PimError(f"--lanes wants comma-separated lane counts, got {args.lanes!r}") from None
     print(f"building / loading the RTL models (cached under {os.environ.get('PIMRT_CACHE', '~/.cache/pimrt')}) ...",
           flush=True)
-    drv = PimDriver(rows=rows, cols=cols)
-    port = PimDriver(rows=rows, cols=cols, via_port=True)
-    pv = PimRtl(rows=rows, cols=cols)
-    rng = np.random.default_rng(0)
     load0 = os.getloadavg()[0]
     rows_out = []
-    for name in names:
-        fn, n = _inputs(name, args.elements, rng)
-        t_drv, c_drv = _time(fn, drv, args.repeat)
-        pfn, pn = _inputs(name, args.pv_elements, rng)
-        t_port, _ = _time(pfn, port, args.repeat)
-        t_pv, _ = _time(pfn, pv, 1)
-        g = GoldenBackend(rows=rows, cols=cols)
-        gfn, gn = _inputs(name, min(args.elements, 1 << 18), rng)
-        g.stats.clear()
-        gfn(g)
-        accesses = (g.col_reads + g.col_writes) / gn
-        rows_out.append({
-            "kernel": name,
-            "driver_elements_per_s": n / t_drv,
-            "driver_port_elements_per_s": pn / t_port,
-            "pyverilator_elements_per_s": pn / t_pv,
-            "ratio_driver_over_pyverilator": (n / t_drv) / (pn / t_pv),
-            "ratio_port_over_pyverilator": (pn / t_port) / (pn / t_pv),
-            "cycles_per_element": c_drv / n,
-            "column_accesses_per_element": accesses,
-            "driver_cycles_per_s": c_drv / t_drv,
-            "elements": n, "pv_elements": pn,
-        })
-        r = rows_out[-1]
-        print(f"  {name:14s} driver {r['driver_elements_per_s'] / 1e6:7.2f} M elem/s   "
-              f"pyverilator {r['pyverilator_elements_per_s'] / 1e3:7.2f} k elem/s", flush=True)
+    for lanes in lane_counts:
+        rows_out += _measure(names, lanes, rows, cols, args, full=lanes == lane_counts[0])
     load1 = os.getloadavg()[0]
-
     print()
-    print(f"PIM unit, {8} fp32 lanes, bank {rows} x {cols} columns; driver: {args.elements} "
-          f"elements per kernel, best of {args.repeat}; pyverilator: {args.pv_elements} elements.")
+    print(f"PIM unit, bank {rows} x {cols} columns; driver: {args.elements} elements per "
+          f"kernel, best of {args.repeat}; pyverilator and port: {args.pv_elements} elements, "
+          f"at {lane_counts[0]} lanes.")
     print("driver = batch driver, bank data by backdoor copy; port = batch driver, bank data "
           "through the host port (1 column/clock, like pyverilator); pyverilator = per-cycle "
-          "driving from Python.")
-    hdr = (f"{'kernel':14s} {'driver Me/s':>11s} {'port Me/s':>10s} {'pyv ke/s':>9s} "
-           f"{'drv/pyv':>8s} {'port/pyv':>8s} {'cyc/elem':>8s} {'col acc/e':>9s} {'Mcyc/s':>7s}")
+          "driving from Python; col acc/e = the unit's column accesses (4*lanes bytes) per "
+          "element; DRAM/e = 64-byte DRAM column accesses per element (pimrt.pim.access).")
+    hdr = (f"{'kernel':16s} {'lanes':>5s} {'driver Me/s':>11s} {'port Me/s':>10s} "
+           f"{'pyv ke/s':>9s} {'drv/pyv':>8s} {'cyc/elem':>8s} {'col acc/e':>9s} "
+           f"{'DRAM/e':>7s} {'Mcyc/s':>7s}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows_out:
-        print(f"{r['kernel']:14s} {r['driver_elements_per_s'] / 1e6:11.2f} "
-              f"{r['driver_port_elements_per_s'] / 1e6:10.2f} "
-              f"{r['pyverilator_elements_per_s'] / 1e3:9.2f} "
-              f"{r['ratio_driver_over_pyverilator']:8.0f} {r['ratio_port_over_pyverilator']:8.0f} "
-              f"{r['cycles_per_element']:8.4f} {r['column_accesses_per_element']:9.4f} "
-              f"{r['driver_cycles_per_s'] / 1e6:7.2f}")
+        pv = r["pyverilator_elements_per_s"]
+        print(f"{r['kernel']:16s} {r['lanes']:5d} {r['driver_elements_per_s'] / 1e6:11.2f} "
+              + (f"{r['driver_port_elements_per_s'] / 1e6:10.2f} {pv / 1e3:9.2f} "
+                 f"{r['ratio_driver_over_pyverilator']:8.0f} " if pv else f"{'-':>10s} {'-':>9s} {'-':>8s} ")
+              + f"{r['cycles_per_element']:8.4f} {r['column_accesses_per_element']:9.4f} "
+              f"{r['dram_columns_per_element']:7.4f} {r['driver_cycles_per_s'] / 1e6:7.2f}")
     print(f"(1-minute load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} CPUs; "
           "the figures are wall-clock and shrink when the machine is shared)")
     status = 0
-    relu = next((r for r in rows_out if r["kernel"] == "relu_fwd"), None)
+    relu = next((r for r in rows_out if r["kernel"] == "relu_fwd"), None)   # first lanes
     if relu:
         rate, ratio = relu["driver_elements_per_s"], relu["ratio_driver_over_pyverilator"]
         ok1, ok2 = rate >= TARGET_RATE, ratio >= TARGET_RATIO
@@ -142,28 +125,77 @@ def run(args) -> int:
               + ("met" if ok1 else f"SHORT by {100 * (1 - rate / TARGET_RATE):.0f}%"))
         print(f"batch driver / pyverilator: {ratio:.0f}x (target {TARGET_RATIO:.0f}x): "
               + ("met" if ok2 else "SHORT"))
-    doc = {"lanes": 8, "bank_rows": rows, "bank_cols": cols, "load_average": [load0, load1],
-           "results": rows_out}
+    doc = {"lanes": lane_counts, "bank_rows": rows, "bank_cols": cols,
+           "load_average": [load0, load1], "results": rows_out}
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=2)
         print(f"wrote {args.json}")
     if args.update_cycles:
-        table = {
-            "about": "PIM kernel cost per element, measured by `pimrt bench pim --update-cycles` "
-                     "on the RTL (batch driver); see pimrt/pim/cycles.py",
-            "lanes": 8, "bank_rows": rows, "bank_cols": cols, "elements": args.elements,
-            "kernels": {r["kernel"]: {
-                "cycles_per_element": round(r["cycles_per_element"], 6),
-                "column_accesses_per_element": round(r["column_accesses_per_element"], 6),
-            } for r in rows_out},
-            "host_kernels": K.HOST_KERNELS,
-        }
-        if args.kernels != "all" and cyc.DATA.exists():
-            old = json.loads(cyc.DATA.read_text())
-            old["kernels"].update(table["kernels"])
-            table["kernels"] = old["kernels"]
-        cyc.DATA.write_text(json.dumps(table, indent=2) + "\n")
-        cyc.table.cache_clear()
-        print(f"wrote {cyc.DATA}")
+        _update_table(rows_out, lane_counts, rows, cols, args)
     return status
+
+
+def _measure(names, lanes: int, rows: int, cols: int, args, full: bool) -> list[dict]:
+    """Each kernel at `lanes` lanes: the batch driver (and with `full` the host port and
+    pyverilator), the golden model's column counts, the access model's DRAM columns."""
+    from pimrt.pim import access
+    from pimrt.pim.driver import PimDriver
+    from pimrt.pim.golden import GoldenBackend
+    from pimrt.pim.rtl import PimRtl
+    drv = PimDriver(rows=rows, cols=cols, lanes=lanes)
+    port = PimDriver(rows=rows, cols=cols, lanes=lanes, via_port=True) if full else None
+    pv = PimRtl(rows=rows, cols=cols, lanes=lanes) if full else None
+    rng = np.random.default_rng(0)
+    out = []
+    for name in names:
+        fn, n, work = _inputs(name, args.elements, rng)
+        t_drv, c_drv = _time(fn, drv, args.repeat)
+        r = {"kernel": name, "lanes": lanes, "driver_elements_per_s": n / t_drv,
+             "driver_port_elements_per_s": None, "pyverilator_elements_per_s": None,
+             "ratio_driver_over_pyverilator": None, "ratio_port_over_pyverilator": None}
+        if full:
+            pfn, pn, _ = _inputs(name, args.pv_elements, rng)
+            t_port, _ = _time(pfn, port, args.repeat)
+            t_pv, _ = _time(pfn, pv, 1)
+            r.update({"driver_port_elements_per_s": pn / t_port,
+                      "pyverilator_elements_per_s": pn / t_pv,
+                      "ratio_driver_over_pyverilator": (n / t_drv) / (pn / t_pv),
+                      "ratio_port_over_pyverilator": (pn / t_port) / (pn / t_pv),
+                      "pv_elements": pn})
+        g = GoldenBackend(rows=rows, cols=cols, lanes=lanes)
+        gfn, gn, _ = _inputs(name, min(args.elements, 1 << 18), rng)
+        gfn(g)
+        r.update({"cycles_per_element": c_drv / n,
+                  "column_accesses_per_element": (g.col_reads + g.col_writes) / gn,
+                  "dram_columns_per_element": len(access.bank_accesses(name, lanes=lanes, **work)) / n,
+                  "driver_cycles_per_s": c_drv / t_drv, "elements": n})
+        out.append(r)
+        print(f"  {name:16s} {lanes:2d} lanes: driver {r['driver_elements_per_s'] / 1e6:7.2f} M elem/s, "
+              f"{r['cycles_per_element']:.4f} cycles/elem", flush=True)
+    return out
+
+
+def _update_table(rows_out, lane_counts, rows: int, cols: int, args) -> None:
+    from pimrt.pim import cycles as cyc
+    from pimrt.pim import kernels as K
+    kernels: dict = {}
+    for r in rows_out:
+        kernels.setdefault(r["kernel"], {})[str(r["lanes"])] = {
+            k: round(r[k], 6) for k in ("cycles_per_element", "column_accesses_per_element",
+                                        "dram_columns_per_element")}
+    table = {
+        "about": "PIM kernel cost per element at each lane count, measured by `pimrt bench pim "
+                 "--update-cycles` on the RTL (batch driver); see pimrt/pim/cycles.py",
+        "lanes": lane_counts, "bank_rows": rows, "bank_cols": cols, "elements": args.elements,
+        "kernels": kernels, "aliases": cyc.ALIASES, "host_kernels": K.HOST_KERNELS,
+    }
+    if args.kernels != "all" and cyc.DATA.exists():
+        old = json.loads(cyc.DATA.read_text())
+        for name, per in table["kernels"].items():
+            old.get("kernels", {}).setdefault(name, {}).update(per)
+        table["kernels"] = old["kernels"]
+        table["lanes"] = sorted(set(old.get("lanes", [])) | set(lane_counts))
+    cyc.DATA.write_text(json.dumps(table, indent=2) + "\n")
+    cyc.table.cache_clear()
+    print(f"wrote {cyc.DATA}")

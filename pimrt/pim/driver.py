@@ -21,7 +21,7 @@ import numpy as np
 
 from pimrt.pim import build, isa
 from pimrt.pim.backend import Backend, DEFAULT_COLS, DEFAULT_ROWS
-from pimrt.pim.errors import PimBuildError
+from pimrt.pim.errors import PimBuildError, PimError
 
 VFLAGS = ["--cc", "-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert",
           "--unroll-stmts", "100000",
@@ -36,6 +36,8 @@ void pim_cfg(void *h, int sel, int idx, uint32_t value);
 void pim_bank_write(void *h, uint32_t col, const uint32_t *data, uint32_t ncols, int via_port);
 void pim_bank_read(void *h, uint32_t col, uint32_t *data, uint32_t ncols, int via_port);
 int pim_run(void *h, uint64_t max_cycles, uint64_t *cycles, uint32_t *pc);
+int pim_run_record(void *h, uint64_t max_cycles, uint64_t *cycles, uint32_t *pc,
+                   uint32_t *rec, uint64_t cap, uint64_t *nrec);
 uint64_t pim_clock_count(void *h);
 """
 _loaded: dict[str, object] = {}
@@ -109,15 +111,21 @@ def _compile_cffi(tmp: Path, obj: Path, modname: str) -> None:
 
 
 class PimDriver(Backend):
-    """pim_top in C++, whole programs per call. via_port: bank data through the host port."""
+    """pim_top in C++, whole programs per call. via_port: bank data through the host port.
+    record: keep each run's bank-port accesses in `accesses` (one array per run, fields
+    clock, write (0 read, 1 write), column; in program order)."""
 
     name = "driver"
+    ACCESS_DTYPE = np.dtype([("clock", "<u4"), ("write", "u1"), ("column", "<u4")])
 
     def __init__(self, rows: int = DEFAULT_ROWS, cols: int = DEFAULT_COLS,
-                 lanes: int = isa.LANES, via_port: bool = False):
+                 lanes: int = isa.LANES, via_port: bool = False, record: bool = False):
         super().__init__(rows, cols, lanes)
         self.lib, self.ffi = build_driver(lanes, rows, cols)
         self.via_port = via_port
+        self.record_accesses = record
+        self.accesses: list[np.ndarray] = []
+        self.record_cap = 1 << 20
         self.h = self.ffi.gc(self.lib.pim_new(), self.lib.pim_free)
         assert self.lib.pim_depth(self.h) == self.depth
 
@@ -142,5 +150,20 @@ class PimDriver(Backend):
     def _run(self, max_cycles):
         cycles = self.ffi.new("uint64_t *")
         pc = self.ffi.new("uint32_t *")
-        code = self.lib.pim_run(self.h, max_cycles, cycles, pc)
+        if not self.record_accesses:
+            code = self.lib.pim_run(self.h, max_cycles, cycles, pc)
+            return int(cycles[0]), int(code), int(pc[0])
+        cap = self.record_cap
+        rec = np.empty((cap, 2), np.uint32)
+        nrec = self.ffi.new("uint64_t *")
+        code = self.lib.pim_run_record(self.h, max_cycles, cycles, pc,
+                                       self.ffi.from_buffer("uint32_t[]", rec), cap, nrec)
+        if nrec[0] > cap:
+            raise PimError(f"the run made {nrec[0]} bank accesses, more than record_cap "
+                           f"({cap}) keeps; set PimDriver.record_cap higher")
+        out = np.empty(int(nrec[0]), self.ACCESS_DTYPE)
+        out["clock"] = rec[:len(out), 0]
+        out["write"] = rec[:len(out), 1] >> 31
+        out["column"] = rec[:len(out), 1] & 0x7FFFFFFF
+        self.accesses.append(out)
         return int(cycles[0]), int(code), int(pc[0])

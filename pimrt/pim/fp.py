@@ -1,10 +1,12 @@
-"""Lane operations on binary32 bit patterns (numpy uint32 arrays), bit-exact with hw/pim_lane.v.
+"""Lane operations on binary32 bit patterns (numpy uint32 arrays), bit-exact with hw/pim_lane_op.vh
+(the `lanes_op` function, built from hw/fp_add.vh, fp_mul.vh and fp_cmp.vh).
 
 numpy float32 add, subtract and multiply are IEEE-754 round-to-nearest-even with subnormals,
 so they are the reference; the unit's policy on top of them: every arithmetic NaN result is
 the canonical quiet NaN 0x7FC00000; MAD rounds twice ((a*b) rounded, then + c rounded);
-MAX/MIN are IEEE-754-2019 maximum/minimum (NaN wins, -0 < +0); compares give all-ones or
-zero lanes and are false on NaN; MOV and SEL move bits unchanged.
+MAX/MIN: NaN if either input is NaN, otherwise the larger/smaller value and on a tie (equal
+values, or +0 and -0) the first operand, as torch.maximum and torch.relu do; compares give
+all-ones or zero lanes and are false on NaN; MOV and SEL move bits unchanged.
 """
 from __future__ import annotations
 

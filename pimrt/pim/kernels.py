@@ -1,18 +1,20 @@
 """Micro-programs for the non-CONV work of training, and host-side wrappers that run them over
 numpy buffers on any backend (golden model, pyverilator RTL, batch driver).
 
-Stream kernels walk one or more equal-length streams of fp32 values, one bank region per
-stream, one column (LANES values) per step; the loop body is unrolled to fill the command
-register file. Buffers are padded with zeros to whole unrolled steps and split into chunks
-that fit the bank. Pooling kernels walk a channels-last (NHWC, C padded to a multiple of
-LANES) image with nested loops. Per-channel scalar work (mean, 1/sqrt(var+eps), the
-constants of the backward formula) and the final sum of the LANES partial sums of a
-reduction are done on the host, in float64.
+Every kernel moves each stream through the bank a block at a time (up to BLOCK_MAX
+consecutive columns of LANES values per visit, held in the GRF), so one DRAM row visit serves
+a block. Stream kernels walk equal-length streams, one bank region per stream; buffers are
+padded with zeros to whole blocks and split into chunks that fit the bank. Channel kernels
+(batch norm) walk many channels per run; pooling kernels a channels-last (NHWC, C padded to
+a multiple of LANES) image with nested loops. Per-channel scalar work (mean, 1/sqrt(var+eps),
+the constants of the backward formula) and the final combination of the per-lane partial
+sums of a reduction are done on the host, in float64. pimrt.pim.access derives from these
+same programs what one unit does in its bank, for the timing model.
 """
 from __future__ import annotations
 
 import functools
-import math
+import string
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,79 +25,99 @@ from pimrt.pim.backend import Backend
 from pimrt.pim.errors import PimCapacityError, PimError
 
 
+BLOCK_MAX = 8          # columns a stream moves per row visit, at most (the GRF holds 16)
+
+
+def _block(phases: int, fixed: int, regs_per_col: int, free_regs: int = isa.N_GRF) -> int:
+    """The block: the largest even number of columns (at most BLOCK_MAX) whose phases fit the
+    CRF beside `fixed` other commands and whose registers fit the GRF; 1 if none does."""
+    for b in range(BLOCK_MAX, 1, -2):
+        if phases * b + fixed <= isa.CRF_DEPTH and regs_per_col * b <= free_regs:
+            return b
+    return 1
+
+
+def _pointer_streams(body, streams) -> tuple[tuple[str, str], ...]:
+    """(pointer name, stream) for the pointers a body names: each stream's own, then
+    `<stream>_out` (a second pointer into the same stream: read with one, write with the
+    other) in the order they first appear."""
+    names = [f for line in body for f in string.Formatter().parse(line) if f[1]]
+    extra = []
+    for _, name, _, _ in names:
+        if name not in streams and name not in ("i", "j") and name not in extra:
+            extra.append(name)
+    return tuple((s, s) for s in streams) + tuple((e, e.rsplit("_out", 1)[0]) for e in extra)
+
+
+def _expand(body, b: int, fmt: dict) -> list[str]:
+    """Each phase of `body` for the block's columns i = 0..b-1 ({i}: Gi, {j}: G(b+i))."""
+    return [line.format(i=i, j=b + i, **fmt) for line in body for i in range(b)]
+
+
 @dataclass(frozen=True)
 class StreamKernel:
+    """A kernel over equal-length streams, one bank region each, in blocks of `block()`
+    columns: each phase of `body` runs for every column of the block before the next, so a
+    stream is read (or written) a block at a time."""
     name: str
     inputs: tuple[str, ...]          # streams read
     outputs: tuple[str, ...]         # streams written (may name inputs: updated in place)
-    body: tuple[str, ...]            # one column step; {stream} stands for its pointer
+    body: tuple[str, ...]            # phases; {stream} / {stream_out} stand for pointers
     scalars: tuple[str, ...] = ()    # S0, S1, ... in this order
-    acc: int = 0                     # accumulators A0.. zeroed first and stored at the end
     doc: str = ""
 
     @property
     def streams(self) -> tuple[str, ...]:
         return self.inputs + tuple(o for o in self.outputs if o not in self.inputs)
 
-    def unroll(self) -> int:
-        free = isa.CRF_DEPTH - 2 - 2 * self.acc      # LOOP, EXIT, zeroing and storing ACCs
-        return max(1, min(16, free // len(self.body)))
+    def pointers(self) -> tuple[tuple[str, str], ...]:
+        return _pointer_streams(self.body, self.streams)
 
+    def block(self) -> int:
+        regs = 2 if any("{j}" in line for line in self.body) else 1
+        return _block(len(self.body), 2, regs)
+
+    @functools.lru_cache(maxsize=None)
     def program(self) -> Program:
-        ptr = {s: f"p{i}" for i, s in enumerate(self.streams)}
-        ptr["acc"] = f"p{len(self.streams)}"
-        zero = f"S{len(self.scalars)}"                # a scalar the wrapper sets to 0.0
-        lines = [f"MOV A{i}, {zero}" for i in range(self.acc)]
-        lines.append("top:")
-        lines += [line.format(**ptr) for line in self.body] * self.unroll()
-        lines.append("LOOP c0, top")
-        lines += [f"MOV B[{ptr['acc']}+], A{i}" for i in range(self.acc)]
-        lines.append("EXIT")
+        ptr = {name: f"p{i}" for i, (name, _) in enumerate(self.pointers())}
+        lines = ["top:", *_expand(self.body, self.block(), ptr), "LOOP c0, top", "EXIT"]
         return assemble("\n".join(lines))
 
 
 STREAM_KERNELS = {k.name: k for k in [
-    StreamKernel("relu_fwd", ("x",), ("y", "mask"),
-                 ("MAX B[{y}+], B[{x}], S0", "CMPGT B[{mask}+], B[{x}+], S0"), ("zero",),
-                 doc="y = max(x, +0); mask = x > 0 (all-ones / zero lanes)"),
-    StreamKernel("relu_bwd", ("mask", "dy"), ("dx",),
-                 ("MOV G0, B[{mask}+]", "SEL B[{dx}+], B[{dy}+], S0, G0"), ("zero",),
-                 doc="dx = mask ? dy : 0"),
+    StreamKernel("relu_fwd", ("x",), ("y",),
+                 ("MAX G{i}, B[{x}+], S0", "MOV B[{y}+], G{i}"), ("zero",),
+                 doc="y = max(x, +0) (relu(-0) = -0, relu(NaN) = NaN)"),
+    StreamKernel("relu_bwd", ("y", "dy"), ("dx",),
+                 ("CMPGE G{i}, S0, B[{y}+]", "MOV G{j}, B[{dy}+]", "SEL B[{dx}+], S0, G{j}, G{i}"),
+                 ("zero",),
+                 doc="dx = (0 >= y) ? +0 : dy from the ReLU output y (torch's threshold_backward: "
+                     "a NaN y passes dy)"),
     StreamKernel("residual_add", ("a", "b"), ("y",),
-                 ("MOV G0, B[{a}+]", "ADD B[{y}+], G0, B[{b}+]"),
+                 ("MOV G{i}, B[{a}+]", "ADD G{i}, G{i}, B[{b}+]", "MOV B[{y}+], G{i}"),
                  doc="y = a + b"),
-    StreamKernel("bn_stats", ("x",), (),
-                 ("MOV G0, B[{x}+]", "ADD A0, A0, G0", "MAD A1, G0, G0, A1"), acc=2,
-                 doc="A0 += x; A1 += x*x (per lane; the host adds the lanes)"),
-    StreamKernel("bn_apply", ("x",), ("y",),
-                 ("MAD B[{y}+], B[{x}+], S0, S1",), ("scale", "shift"),
-                 doc="y = x*scale + shift (scale = gamma/sqrt(var+eps), shift = beta - mean*scale)"),
-    StreamKernel("bn_bwd_stats", ("x", "dy"), (),
-                 ("MOV G1, B[{dy}+]", "ADD A0, A0, G1", "SUB G0, B[{x}+], S0",
-                  "MUL G0, G0, S1", "MAD A1, G0, G1, A1"), ("mean", "invstd"), acc=2,
-                 doc="A0 += dy; A1 += dy * (x - mean) * invstd"),
-    StreamKernel("bn_bwd_apply", ("x", "dy"), ("dx",),
-                 ("SUB G0, B[{x}+], S0", "MUL G0, G0, S1", "ADD G0, G0, S2",
-                  "MAD B[{dx}+], B[{dy}+], S3, G0"), ("mean", "c1", "c0", "k"),
-                 doc="dx = dy*k + ((x - mean)*c1 + c0)"),
     StreamKernel("sgd", ("w", "g", "v"), ("w", "v"),
-                 ("MOV G0, B[{w}]", "MAD G1, G0, S0, B[{g}+]", "MAD G2, B[{v}], S1, G1",
-                  "MOV B[{v}+], G2", "MAD B[{w}+], G2, S2, G0"),
+                 ("MOV G{i}, B[{w}+]", "MAD G{j}, G{i}, S0, B[{g}+]",
+                  "MAD G{j}, B[{v}+], S1, G{j}", "MOV B[{v_out}+], G{j}",
+                  "MAD B[{w_out}+], G{j}, S2, G{i}"),
                  ("weight_decay", "momentum", "neg_lr"),
                  doc="g' = w*wd + g; v = v*momentum + g'; w = v*(-lr) + w"),
     # GradSA on the unit: fold the gradient into momentum u and residual v, then select
     StreamKernel("gradsa_fold", ("w", "g", "u", "v"), ("u", "v"),
-                 ("MOV G0, B[{g}+]", "MAD G1, B[{w}+], S0, G0", "MAD G2, B[{u}], S1, G1",
-                  "MOV B[{u}+], G2", "ADD B[{v}+], B[{v}], G2"),
+                 ("MOV G{i}, B[{g}+]", "MAD G{i}, B[{w}+], S0, G{i}",
+                  "MAD G{i}, B[{u}+], S1, G{i}", "MOV B[{u_out}+], G{i}",
+                  "ADD G{i}, B[{v}+], G{i}", "MOV B[{v_out}+], G{i}"),
                  ("weight_decay", "momentum"),
                  doc="g' = w*wd + g; u = u*momentum + g'; v = v + u"),
     StreamKernel("gradsa_select", ("v", "u"), ("u", "mask", "d"),
-                 ("SUB G0, S1, B[{v}]", "MAX G0, G0, B[{v}+]", "CMPGE G1, G0, S0",
-                  "MOV B[{mask}+], G1", "SEL B[{u}+], S1, B[{u}], G1", "MOV B[{d}+], S1"),
+                 ("MOV G{i}, B[{v}+]", "SUB G{j}, S1, G{i}", "MAX G{i}, G{j}, G{i}",
+                  "CMPGE G{i}, G{i}, S0", "MOV B[{mask}+], G{i}", "SEL G{j}, S1, B[{u}+], G{i}",
+                  "MOV B[{u_out}+], G{j}", "MOV B[{d}+], S1"),
                  ("threshold", "zero"),
                  doc="mask = max(0 - v, v) >= t; u = mask ? +0 : u; d = +0"),
     StreamKernel("sgd_apply", ("w", "d"), ("w",),
-                 ("MOV G0, B[{w}]", "MAD B[{w}+], B[{d}+], S0, G0"), ("neg_lr",),
+                 ("MOV G{i}, B[{w}+]", "MAD G{i}, B[{d}+], S0, G{i}", "MOV B[{w_out}+], G{i}"),
+                 ("neg_lr",),
                  doc="w = d*(-lr) + w (plain SGD: the mirror update of LaySA)"),
 ]}
 
@@ -103,7 +125,6 @@ STREAM_KERNELS = {k.name: k for k in [
 @dataclass
 class StreamResult:
     outputs: dict[str, np.ndarray]
-    acc: np.ndarray | None           # (accumulators, LANES) float64 partial sums, chunks added
     cycles: int = 0
     elements: int = 0
     chunks: int = 0
@@ -114,9 +135,17 @@ def _f32(a) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(a, dtype=np.float32).ravel())
 
 
+def stream_counts(k: StreamKernel, cols: int) -> list[int]:
+    """The loop count (c0) for `cols` columns of every stream: whole blocks."""
+    return [max(-(-cols // k.block()), 1)]
+
+
 def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
                scalars: dict[str, float] | None = None, max_cycles: int | None = None) -> StreamResult:
-    """Run stream kernel `name` over 1-D arrays (one per input stream) on `backend`."""
+    """Run stream kernel `name` over 1-D arrays (one per input stream) on `backend`: each
+    stream zero-padded to whole blocks, in chunks that fit the bank (one region per stream)."""
+    if name not in STREAM_KERNELS:
+        raise PimError(f"unknown stream kernel {name!r}; known: {', '.join(STREAM_KERNELS)}")
     k = STREAM_KERNELS[name]
     scalars = scalars or {}
     missing = [s for s in k.inputs if s not in arrays] + [s for s in k.scalars if s not in scalars and s != "zero"]
@@ -127,44 +156,36 @@ def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
     if any(len(v) != n for v in data.values()):
         raise PimError(f"kernel {name}: streams differ in length: "
                        + ", ".join(f"{s}={len(v)}" for s, v in data.items()))
-    L, u = backend.lanes, k.unroll()
+    L, B = backend.lanes, k.block()
     streams = k.streams
-    chunk = (backend.depth - k.acc) // len(streams) // u * u
-    if chunk < u:
+    chunk = backend.depth // len(streams) // B * B
+    if chunk < B:
         raise PimCapacityError(f"kernel {name}: the bank of {backend.depth} columns cannot hold "
-                               f"{len(streams)} streams of {u} columns")
-    prog = k.program()
-    backend.load_program(prog)
-    sv = [scalars.get(s, 0.0) for s in k.scalars] + [0.0]
-    backend.set_scalars(np.asarray(sv, dtype=np.float32))
+                               f"{len(streams)} streams of {B} columns")
+    backend.load_program(k.program())
+    backend.set_scalars(np.asarray([scalars.get(s, 0.0) for s in k.scalars] or [0.0], np.float32))
     cols_total = -(-n // L)
     outs = {s: np.empty(cols_total * L, np.float32) for s in k.outputs}
-    acc = np.zeros((k.acc, L), np.float64) if k.acc else None
-    res = StreamResult(outs, acc)
-    acc_base = len(streams) * chunk
+    res = StreamResult(outs)
+    region = {s: i * chunk for i, s in enumerate(streams)}
     for c0 in range(0, max(cols_total, 1), chunk):
         cols = min(chunk, cols_total - c0)
-        steps = -(-cols // u)
-        padded = steps * u
-        for i, s in enumerate(streams):
+        padded = -(-max(cols, 1) // B) * B
+        for s in streams:
             if s in data:
                 seg = data[s][c0 * L:(c0 + cols) * L]
                 if seg.size != padded * L:       # the last chunk: pad with zeros
                     buf = np.zeros(padded * L, np.float32)
                     buf[:seg.size] = seg
                     seg = buf
-                backend.write_bank(i * chunk, seg.view(np.uint32).reshape(padded, L))
-        backend.set_pointers([i * chunk for i in range(len(streams))] + ([acc_base] if k.acc else []))
-        backend.set_counts([steps])
-        cyc = backend.run(**({"max_cycles": max_cycles} if max_cycles else {}))
-        res.cycles += cyc
+                backend.write_bank(region[s], seg.view(np.uint32).reshape(padded, L))
+        backend.set_pointers([region[s] for _, s in k.pointers()])
+        backend.set_counts(stream_counts(k, cols))
+        res.cycles += backend.run(**({"max_cycles": max_cycles} if max_cycles else {}))
         res.chunks += 1
-        for i, s in enumerate(streams):
-            if s in outs:
-                got = backend.read_bank(i * chunk, cols).view(np.float32).ravel()
-                outs[s][c0 * L:(c0 + cols) * L] = got
-        if k.acc:
-            res.acc += backend.read_bank(acc_base, k.acc).view(np.float32).astype(np.float64)
+        for s in outs:
+            got = backend.read_bank(region[s], cols).view(np.float32).ravel()
+            outs[s][c0 * L:(c0 + cols) * L] = got
     res.elements = n
     for s in outs:
         outs[s] = outs[s][:n]
@@ -175,15 +196,17 @@ def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
 # ---- element-wise wrappers ----------------------------------------------------------------
 
 def relu_forward(backend: Backend, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """-> (y, mask as bool), shaped like x."""
-    r = run_stream(backend, "relu_fwd", {"x": x})
-    shape = np.shape(x)
-    return r.outputs["y"].reshape(shape), (r.outputs["mask"].view(np.uint32) != 0).reshape(shape)
+    """-> (y, y > 0 as bool, computed on the host for callers that keep a mask), shaped like x."""
+    y = run_stream(backend, "relu_fwd", {"x": x}).outputs["y"].reshape(np.shape(x))
+    return y, y > 0
 
 
-def relu_backward(backend: Backend, mask: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    m = np.where(np.asarray(mask, bool), np.uint32(0xFFFFFFFF), np.uint32(0)).view(np.float32)
-    r = run_stream(backend, "relu_bwd", {"mask": m, "dy": dy})
+def relu_backward(backend: Backend, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dx from the ReLU output y, as torch's threshold_backward: dx = 0 where y <= 0, else dy
+    (a NaN y passes dy)."""
+    if np.shape(y) != np.shape(dy):
+        raise PimError(f"relu_bwd: y {np.shape(y)} and dy {np.shape(dy)} differ in shape")
+    r = run_stream(backend, "relu_bwd", {"y": y, "dy": dy})
     return r.outputs["dx"].reshape(np.shape(dy))
 
 
@@ -250,121 +273,61 @@ def sgd_apply(backend: Backend, w, d, lr: float) -> np.ndarray:
     return r.outputs["w"].reshape(np.shape(w))
 
 
-# ---- batch norm (training) -----------------------------------------------------------------
-
-def _channels(x: np.ndarray):
-    x = np.asarray(x, np.float32)
-    if x.ndim < 2:
-        raise PimError(f"batch norm wants (N, C, ...) input, got shape {x.shape}")
-    return x, x.shape[1]
-
-
-def batchnorm_forward(backend: Backend, x, gamma, beta, eps: float = 1e-5):
-    """Training-mode batch norm over (N, C, ...): -> (y, mean, invstd), batch statistics.
-    Statistics: per-lane sums of x and x*x in the unit, lanes and chunks added and
-    var = E[x^2] - mean^2 (biased) on the host in float64; y = x*scale + shift in the unit."""
-    x, C = _channels(x)
-    y = np.empty_like(x)
-    mean = np.empty(C, np.float64)
-    invstd = np.empty(C, np.float64)
-    for c in range(C):
-        xc = x[:, c].ravel()
-        n = xc.size
-        acc = run_stream(backend, "bn_stats", {"x": xc}).acc.sum(axis=1)
-        m = acc[0] / n
-        var = max(acc[1] / n - m * m, 0.0)
-        inv = 1.0 / math.sqrt(var + eps)
-        scale = float(gamma[c]) * inv
-        shift = float(beta[c]) - m * scale
-        r = run_stream(backend, "bn_apply", {"x": xc}, {"scale": scale, "shift": shift})
-        y[:, c] = r.outputs["y"].reshape(y[:, c].shape)
-        mean[c], invstd[c] = m, inv
-    return y, mean.astype(np.float32), invstd.astype(np.float32)
-
-
-def batchnorm_backward(backend: Backend, x, dy, gamma, mean, invstd):
-    """Training-mode batch norm backward: -> (dx, dgamma, dbeta).
-    Sums of dy and dy*xhat in the unit (per lane), then dx = k*dy + c1*(x - mean) + c0 with
-    k = gamma*invstd, c1 = -k*invstd*sum(dy*xhat)/n, c0 = -k*sum(dy)/n."""
-    x, C = _channels(x)
-    dy = np.asarray(dy, np.float32)
-    dx = np.empty_like(x)
-    dgamma = np.empty(C, np.float64)
-    dbeta = np.empty(C, np.float64)
-    for c in range(C):
-        xc, dyc = x[:, c].ravel(), dy[:, c].ravel()
-        n = xc.size
-        s = run_stream(backend, "bn_bwd_stats", {"x": xc, "dy": dyc},
-                       {"mean": float(mean[c]), "invstd": float(invstd[c])}).acc.sum(axis=1)
-        k = float(gamma[c]) * float(invstd[c])
-        c1 = -k * float(invstd[c]) * s[1] / n
-        c0 = -k * s[0] / n
-        r = run_stream(backend, "bn_bwd_apply", {"x": xc, "dy": dyc},
-                       {"mean": float(mean[c]), "c1": c1, "c0": c0, "k": k})
-        dx[:, c] = r.outputs["dx"].reshape(dx[:, c].shape)
-        dbeta[c], dgamma[c] = s[0], s[1]
-    return dx, dgamma.astype(np.float32), dbeta.astype(np.float32)
-
-
-# ---- batch norm, many channels per run -----------------------------------------------------
+# ---- batch norm (training), many channels per run --------------------------------------------
 #
-# The per-channel wrappers above run one kernel call per channel, with the channel's constants
-# in the SRF. The channel kernels below walk many channels in one run: an outer loop over the
-# channels (c1) around the column loop (c0). The outer loop's prologue zeroes the accumulators
-# and loads the channel's constants from the bank into registers (one column per constant, the
-# value in every lane: the host lays them out beside the data); its epilogue stores the
-# accumulators. Every channel is padded with zeros to the same number of columns (a whole
-# number of unrolled steps); a channel too big for the bank is cut into equal pieces whose
-# sums the host adds in float64. Per lane the unit does, channel by channel, the same float32
-# operations in the same order as the per-channel kernel, so the results do not depend on how
-# many channels share a run (nor on the channel groups of the runtime).
+# The channel kernels walk many channels in one run: an outer loop over the channels (c1)
+# around a loop over blocks of columns (c0). The outer loop's prologue zeroes the accumulators,
+# loads the channel's constants from the bank into the top GRF registers (one column per
+# constant, the value in every lane: the host lays them out beside the data, stream "par")
+# and, for the statistics, reads the channel's first column as a per-lane shift; its
+# epilogue stores the accumulators (stream "acc"). Every channel is padded to the same number
+# of columns (whole blocks); a channel too big for the bank is cut into equal pieces whose
+# sums the host combines in float64. A channel's results depend on its own values and size
+# only, so they do not depend on the other channels of a run (nor on the runtime's groups).
 
 @dataclass(frozen=True)
 class ChannelKernel:
     name: str
     inputs: tuple[str, ...]          # streams read, one region each, channel after channel
     outputs: tuple[str, ...]         # streams written
-    body: tuple[str, ...]            # one column step; {stream} -> its pointer, {param} -> its GRF
-    params: tuple[str, ...] = ()     # per-channel constants, loaded into G2, G3, ...
+    body: tuple[str, ...]            # phases per block column; {stream}, {param} -> register
+    params: tuple[str, ...] = ()     # per-channel constants, loaded into G(16 - len)..G15
     acc: int = 0                     # accumulators zeroed per channel and stored after it
+    shift: bool = False              # G15 = the channel's first column (per-lane shift)
     doc: str = ""
 
     @property
     def streams(self) -> tuple[str, ...]:
         return self.inputs + tuple(o for o in self.outputs if o not in self.inputs)
 
-    def max_unroll(self) -> int:
-        fixed = 2 * self.acc + len(self.params) + 3      # zero/store ACCs, loads, 2 LOOPs, EXIT
-        return max(1, min(16, (isa.CRF_DEPTH - fixed) // len(self.body)))
+    @property
+    def all_streams(self) -> tuple[str, ...]:
+        """Every bank region the kernel touches, in pointer order: data, "par", "acc"."""
+        return self.streams + (("par",) if self.params else ()) + (("acc",) if self.acc else ())
 
-    def unroll_for(self, cols: int) -> int:
-        """The unroll (at most max_unroll) that pads `cols` columns the least (ties: larger)."""
-        best = None
-        for u in range(self.max_unroll(), 0, -1):
-            padded = -(-max(cols, 1) // u) * u
-            if best is None or padded < best[0]:
-                best = (padded, u)
-        return best[1]
+    def registers(self) -> dict[str, str]:
+        top = isa.N_GRF - len(self.params) - self.shift
+        reg = {prm: f"G{top + i}" for i, prm in enumerate(self.params)}
+        if self.shift:
+            reg["shift"] = f"G{isa.N_GRF - 1}"
+        return reg
 
-    def pointers(self) -> dict[str, str]:
-        ptr = {s: f"p{i}" for i, s in enumerate(self.streams)}
-        n = len(self.streams)
-        if self.params:
-            ptr["par"] = f"p{n}"
-            n += 1
-        if self.acc:
-            ptr["acc"] = f"p{n}"
-        return ptr
+    def block(self) -> int:
+        fixed = 2 * self.acc + len(self.params) + self.shift + 3   # zero/store, loads, LOOPs, EXIT
+        regs = 2 if any("{j}" in line for line in self.body) else 1
+        return _block(len(self.body), fixed, regs, isa.N_GRF - len(self.params) - self.shift)
 
     @functools.lru_cache(maxsize=None)
-    def program(self, unroll: int) -> Program:
-        ptr = self.pointers()
-        reg = {prm: f"G{2 + i}" for i, prm in enumerate(self.params)}
+    def program(self) -> Program:
+        ptr = {s: f"p{i}" for i, s in enumerate(self.all_streams)}
+        reg = self.registers()
         lines = ["chan:"]
         lines += [f"MOV A{i}, S0" for i in range(self.acc)]          # S0 = 0.0
         lines += [f"MOV {reg[prm]}, B[{ptr['par']}+]" for prm in self.params]
+        if self.shift:
+            lines.append(f"MOV {reg['shift']}, B[{ptr[self.inputs[0]]}]")
         lines.append("col:")
-        lines += [line.format(**ptr, **reg) for line in self.body] * unroll
+        lines += _expand(self.body, self.block(), {**ptr, **reg})
         lines.append("LOOP c0, col")
         lines += [f"MOV B[{ptr['acc']}+], A{i}" for i in range(self.acc)]
         lines += ["LOOP c1, chan", "EXIT"]
@@ -373,15 +336,21 @@ class ChannelKernel:
 
 CHANNEL_KERNELS = {k.name: k for k in [
     ChannelKernel("bn_stats_ch", ("x",), (),
-                  ("MOV G0, B[{x}+]", "ADD A0, A0, G0", "MAD A1, G0, G0, A1"), acc=2,
-                  doc="per channel: A0 += x; A1 += x*x (per lane)"),
+                  ("SUB G{i}, B[{x}+], {shift}", "ADD A0, A0, G{i}", "MAD A1, G{i}, G{i}, A1"),
+                  acc=2, shift=True,
+                  doc="per channel and lane, K = the lane's first value: A0 += x - K; "
+                      "A1 += (x - K)^2"),
+    ChannelKernel("bn_apply_ch", ("x",), ("y",),
+                  ("SUB G{i}, B[{x}+], {mean}", "MAD B[{y}+], G{i}, {scale}, {shift}"),
+                  ("mean", "scale", "shift"),
+                  doc="per channel: y = (x - mean)*scale + shift"),
     ChannelKernel("bn_bwd_stats_ch", ("x", "dy"), (),
-                  ("MOV G1, B[{dy}+]", "ADD A0, A0, G1", "SUB G0, B[{x}+], {mean}",
-                   "MUL G0, G0, {invstd}", "MAD A1, G0, G1, A1"), ("mean", "invstd"), acc=2,
-                  doc="per channel: A0 += dy; A1 += dy * (x - mean) * invstd"),
+                  ("SUB G{i}, B[{x}+], {mean}", "MOV G{j}, B[{dy}+]", "ADD A0, A0, G{j}",
+                   "MAD A1, G{i}, G{j}, A1"), ("mean",), acc=2,
+                  doc="per channel: A0 += dy; A1 += (x - mean) * dy"),
     ChannelKernel("bn_bwd_apply_ch", ("x", "dy"), ("dx",),
-                  ("SUB G0, B[{x}+], {mean}", "MUL G0, G0, {c1}", "ADD G0, G0, {c0}",
-                   "MAD B[{dx}+], B[{dy}+], {k}, G0"), ("mean", "c1", "c0", "k"),
+                  ("SUB G{i}, B[{x}+], {mean}", "MAD G{i}, G{i}, {c1}, {c0}", "MOV G{j}, B[{dy}+]",
+                   "MAD B[{dx}+], G{j}, {k}, G{i}"), ("mean", "c1", "c0", "k"),
                   doc="per channel: dx = dy*k + ((x - mean)*c1 + c0)"),
 ]}
 
@@ -389,32 +358,52 @@ CHANNEL_KERNELS = {k.name: k for k in [
 @dataclass
 class ChannelResult:
     outputs: dict[str, np.ndarray]   # (C, n) each
-    acc: np.ndarray | None           # (C, accumulators, LANES) float64, pieces added
+    acc: np.ndarray | None           # (C, pieces, accumulators, LANES) float32 sums
     cycles: int = 0
     runs: int = 0
     pieces: int = 1                  # pieces per channel
-    unroll: int = 1
+    columns: int = 0                 # padded columns per piece
+    shift: np.ndarray | None = None  # (C, pieces, LANES) the per-lane shift (shift kernels)
+    counts: np.ndarray | None = None  # (C, pieces, LANES) values per lane (shift kernels)
 
 
-def channel_layout(backend: Backend, k: ChannelKernel, n: int) -> tuple[int, int, int]:
-    """-> (pieces per channel, padded columns per piece, unroll) for channels of n values:
-    fixed by the kernel, the bank and n alone, so a channel's results never depend on the
-    other channels of the run."""
-    L = backend.lanes
+def channel_layout(backend: Backend, k: ChannelKernel, n: int) -> tuple[int, int]:
+    """-> (pieces per channel, padded columns per piece) for channels of n values: fixed by
+    the kernel, the bank and n alone, so a channel's results never depend on the other
+    channels of the run."""
+    L, B = backend.lanes, k.block()
     cols = max(-(-n // L), 1)
     ns, per = len(k.streams), len(k.params) + k.acc
-    room = (backend.depth - per) // ns
-    pieces = 1
-    while True:
-        pc = -(-cols // pieces)
-        u = k.unroll_for(pc)
-        padded = -(-pc // u) * u
-        if padded <= room:
-            return pieces, padded, u
-        pieces += 1
-        if pieces > cols:
-            raise PimCapacityError(f"kernel {k.name}: the bank of {backend.depth} columns "
-                                   f"cannot hold {ns} streams of one column")
+    room = (backend.depth - per) // ns // B * B
+    if room < B:
+        raise PimCapacityError(f"kernel {k.name}: the bank of {backend.depth} columns cannot "
+                               f"hold {ns} streams of one block ({B} columns)")
+    pieces = -(-cols // room)
+    return pieces, -(-(-(-cols // pieces)) // B) * B
+
+
+def channel_counts(k: ChannelKernel, columns: int, channels: int) -> list[int]:
+    """Loop counts (c0, c1) for `channels` channels (pieces) of `columns` padded columns."""
+    return [max(columns // k.block(), 1), max(channels, 1)]
+
+
+def _layout_channels(k: ChannelKernel, data: dict, C: int, n: int, pieces: int, P: int, L: int):
+    """Each input (C, n) -> (C * pieces, P * L), channel-major, each piece padded to P
+    columns: with zeros, or for a shift kernel with each lane's shift (its first value in the
+    piece, 0 for a lane with none), so that padding adds exactly nothing to the sums."""
+    valid = np.zeros((C, pieces * P * L), bool)
+    valid[:, :n] = True
+    valid = valid.reshape(C, pieces, P, L)
+    lay, shift = {}, None
+    for s in k.inputs:
+        buf = np.zeros((C, pieces * P * L), np.float32)
+        buf[:, :n] = data[s]
+        buf = buf.reshape(C, pieces, P, L)
+        if k.shift and s == k.inputs[0]:
+            shift = np.where(valid[:, :, 0, :], buf[:, :, 0, :], np.float32(0))
+            buf = np.where(valid, buf, shift[:, :, None, :])
+        lay[s] = buf.reshape(C * pieces, P * L)
+    return lay, shift, valid.sum(axis=2)
 
 
 def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
@@ -422,6 +411,8 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
                  max_cycles: int | None = None) -> ChannelResult:
     """Run channel kernel `name` over (C, n) arrays (one row per channel, one array per input
     stream) with per-channel constants params[name] of shape (C,), on `backend`."""
+    if name not in CHANNEL_KERNELS:
+        raise PimError(f"unknown channel kernel {name!r}; known: {', '.join(CHANNEL_KERNELS)}")
     k = CHANNEL_KERNELS[name]
     params = params or {}
     missing = [s for s in k.inputs if s not in arrays] + [p for p in k.params if p not in params]
@@ -438,27 +429,21 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
         raise PimError(f"kernel {name}: want one value per channel ({C}) for "
                        + ", ".join(k.params))
     L = backend.lanes
-    pieces, P, u = channel_layout(backend, k, n)
+    pieces, P = channel_layout(backend, k, n)
     ns, npar = len(k.streams), len(k.params)
     per_piece = ns * P + npar + k.acc
     rows = C * pieces                                   # one "row" per piece of a channel
-    # the data, channel-major, each piece zero-padded to P columns
-    lay = {}
-    for s in k.inputs:
-        buf = np.zeros((C, pieces * P * L), np.float32)
-        buf[:, :n] = data[s]
-        lay[s] = buf.reshape(rows, P * L)
+    lay, shift, counts = _layout_channels(k, data, C, n, pieces, P, L)
     par = None
     if npar:
         par = np.repeat(np.stack([prm[p] for p in k.params], axis=1), pieces, axis=0)  # (rows, npar)
         par = np.repeat(par[:, :, None], L, axis=2).reshape(rows, npar, L)
     outs = {s: np.empty((rows, P * L), np.float32) for s in k.outputs}
     acc = np.empty((rows, k.acc, L), np.float32) if k.acc else None
-    backend.load_program(k.program(u))
+    backend.load_program(k.program())
     backend.set_scalars(np.zeros(1, np.float32))
-    backend.set_counts([P // u, 0])
     per_run = backend.depth // per_piece
-    res = ChannelResult(outs, None, pieces=pieces, unroll=u)
+    res = ChannelResult(outs, None, pieces=pieces, columns=P, shift=shift, counts=counts)
     for r0 in range(0, rows, per_run):
         m = min(per_run, rows - r0)
         bases = [i * m * P for i in range(ns)]
@@ -474,7 +459,7 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
         if k.acc:
             ptrs.append(acc_base)
         backend.set_pointers(ptrs)
-        backend.set_counts({1: m})
+        backend.set_counts(channel_counts(k, P, m))
         res.cycles += backend.run(**({"max_cycles": max_cycles} if max_cycles else {}))
         res.runs += 1
         for i, s in enumerate(k.streams):
@@ -486,9 +471,20 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
                 np.float32).reshape(m, k.acc, L)
     res.outputs = {s: v.reshape(C, pieces * P * L)[:, :n] for s, v in outs.items()}
     if k.acc:
-        res.acc = acc.astype(np.float64).reshape(C, pieces, k.acc, L).sum(axis=1)
+        res.acc = acc.reshape(C, pieces, k.acc, L)
     backend.record(name, res.cycles, C * n)
     return res
+
+
+def _channels(x: np.ndarray, **per_channel):
+    x = np.asarray(x, np.float32)
+    if x.ndim < 2:
+        raise PimError(f"batch norm wants (N, C, ...) input, got shape {x.shape}")
+    for what, v in per_channel.items():
+        if np.size(v) != x.shape[1]:
+            raise PimError(f"batch norm: {what} has {np.size(v)} values for {x.shape[1]} "
+                           f"channels (input shape {x.shape})")
+    return x, x.shape[1]
 
 
 def _by_channel(x: np.ndarray) -> np.ndarray:
@@ -502,72 +498,88 @@ def _from_channels(v: np.ndarray, shape) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(v.reshape((C, N) + tuple(shape[2:])), 0, 1))
 
 
+def _shifted_moments(r: ChannelResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bn_stats_ch's per-lane sums -> per (channel, group) count m, mean K + S1/m and sum of
+    squared deviations S2 - S1^2/m, in float64 (groups: a piece's lane; empty ones m = 0)."""
+    C = r.acc.shape[0]
+    m = r.counts.reshape(C, -1).astype(np.float64)
+    s1 = r.acc[:, :, 0, :].reshape(C, -1).astype(np.float64)
+    s2 = r.acc[:, :, 1, :].reshape(C, -1).astype(np.float64)
+    k = r.shift.reshape(C, -1).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(m > 0, k + s1 / m, 0.0)
+        m2 = np.where(m > 0, s2 - s1 * s1 / np.maximum(m, 1), 0.0)
+    return m, mean, m2
+
+
+def _combine(m: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Chan et al.: groups' (count, mean, M2) along the last axis -> (mean, M2) per row."""
+    n = m.sum(axis=1)
+    mu = (m * mean).sum(axis=1) / n
+    return mu, (m2 + m * (mean - mu[:, None]) ** 2).sum(axis=1)
+
+
 def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5,
                             slices: int = 1):
     """Training-mode batch norm over (N, C, ...), all channels in a few runs: -> (y, mean,
-    invstd). Two-pass variance: the mean from the unit's sums (bn_stats_ch), then
-    sum((x - m32) * x) from its dy*xhat reduction (bn_bwd_stats_ch with dy = x, invstd = 1),
-    which avoids the cancellation of E[x^2] - mean^2 when the mean is large against the spread,
-    corrected on the host for the fp32 mean m32 the unit subtracts; then
-    y = (x - mean) * (gamma * invstd) + beta, subtracting the mean first as torch does
-    (bn_bwd_apply_ch with k = 0). Lanes and pieces are added on the host in float64.
+    invstd). Two passes over x. Statistics (bn_stats_ch): each lane subtracts its own first
+    value K of the channel and sums x - K and (x - K)^2 in fp32, which keeps the sums of
+    the size of the spread whatever the mean; the host turns each lane's sums into a count,
+    mean and sum of squared deviations and combines the lanes (and pieces, and slices) in
+    float64 (Chan et al.): var = M2 / n (biased). Apply (bn_apply_ch): y = (x - mean) *
+    (gamma * invstd) + beta, subtracting the fp32 mean first as torch does.
 
-    slices: the statistics are taken per batch slice (N / slices samples each: the slice's
-    mean, then its sum of squared deviations from it) and combined on the host in float64
-    (Chan et al.: M2 = sum of the slices' M2 + n_s (m_s - m)^2), so that a slice's statistics
-    can run as soon as the host has written it (the forward pass by batch slices,
-    pimrt.runtime.schedule). With slices = 1 this is the whole-batch computation, bit for bit."""
-    x, C = _channels(x)
+    slices: the statistics are taken per batch slice (N / slices samples each) and combined
+    the same way, so that a slice's statistics can run as soon as the host has written it
+    (the forward pass by batch slices, pimrt.runtime.schedule)."""
+    x, C = _channels(x, gamma=gamma, beta=beta)
     N = x.shape[0]
     if slices < 1 or N % slices:
         raise PimError(f"batch norm: {slices} slices do not divide the batch of {N}")
-    sums, means, m2s, counts = [], [], [], []
+    if x.size == 0:
+        raise PimError(f"batch norm: no values per channel in shape {x.shape}")
+    groups = []
     for b in range(slices):
         xc = _by_channel(x[b * N // slices:(b + 1) * N // slices])
-        nb = xc.shape[1]
-        s0 = run_channels(backend, "bn_stats_ch", {"x": xc}).acc.sum(axis=-1)     # (C, 2)
-        mb = s0[:, 0] / nb
-        mb32 = mb.astype(np.float32)                 # the unit subtracts the fp32 scalar
-        s = run_channels(backend, "bn_bwd_stats_ch", {"x": xc, "dy": xc},
-                         {"mean": mb32, "invstd": np.ones(C, np.float32)}).acc.sum(axis=-1)
-        # sum((x - mb)^2) = sum(x (x - mb32)) + (mb32 - mb) sum(x), with sum(x - mb) = 0
-        m2s.append(s[:, 1] + (mb32.astype(np.float64) - mb) * s0[:, 0])
-        sums.append(s0[:, 0])
-        means.append(mb)
-        counts.append(nb)
-    n = sum(counts)
-    m = sum(sums) / n if slices > 1 else means[0]
-    m2 = m2s[0] if slices == 1 else \
-        sum(q + nb * (mb - m) ** 2 for q, nb, mb in zip(m2s, counts, means))
-    var = np.maximum(m2 / n, 0.0)
+        groups.append(_shifted_moments(run_channels(backend, "bn_stats_ch", {"x": xc})))
+    m, mu, m2 = (np.concatenate(g, axis=1) for g in zip(*groups))
+    mean, m2 = _combine(m, mu, m2)
+    var = np.maximum(m2 / m.sum(axis=1), 0.0)
     inv = 1.0 / np.sqrt(var + eps)
-    m32 = m.astype(np.float32)
-    g64 = np.asarray(gamma, np.float32).astype(np.float64)
-    xc = _by_channel(x)
-    r = run_channels(backend, "bn_bwd_apply_ch", {"x": xc, "dy": xc},
-                     {"mean": m32, "c1": g64 * inv, "c0": np.asarray(beta, np.float32),
-                      "k": np.zeros(C, np.float32)})
-    y = _from_channels(r.outputs["dx"], x.shape)
-    return y, m.astype(np.float32), inv.astype(np.float32)
+    m32 = mean.astype(np.float32)
+    g64 = np.asarray(gamma, np.float32).astype(np.float64).reshape(C)
+    r = run_channels(backend, "bn_apply_ch", {"x": _by_channel(x)},
+                     {"mean": m32, "scale": g64 * inv, "shift": np.asarray(beta, np.float32)})
+    return _from_channels(r.outputs["y"], x.shape), m32, inv.astype(np.float32)
 
 
 def batchnorm_backward_channels(backend: Backend, x, dy, gamma, mean, invstd):
-    """batchnorm_backward with all channels in a few runs (bn_bwd_stats_ch, bn_bwd_apply_ch):
-    the same formula, the same float32 operations per channel: -> (dx, dgamma, dbeta)."""
-    x, C = _channels(x)
+    """Training-mode batch norm backward, all channels in a few runs: -> (dx, dgamma, dbeta).
+    Sums of dy and (x - mean)*dy in the unit (bn_bwd_stats_ch, per lane), lanes and pieces
+    added in float64; then dx = k*dy + c1*(x - mean) + c0 (bn_bwd_apply_ch) with
+    k = gamma*invstd, dgamma = invstd*sum((x - mean)*dy), c1 = -k*invstd*dgamma/n,
+    c0 = -k*sum(dy)/n."""
+    x, C = _channels(x, gamma=gamma, mean=mean, invstd=invstd)
+    dy = np.asarray(dy, np.float32)
+    if dy.shape != x.shape:
+        raise PimError(f"batch norm backward: dy {dy.shape} and x {x.shape} differ in shape")
     xc, dyc = _by_channel(x), _by_channel(dy)
     n = xc.shape[1]
     mean32 = np.asarray(mean, np.float32).reshape(C)
     inv64 = np.asarray(invstd, np.float32).astype(np.float64).reshape(C)
     s = run_channels(backend, "bn_bwd_stats_ch", {"x": xc, "dy": dyc},
-                     {"mean": mean32, "invstd": inv64}).acc.sum(axis=-1)          # (C, 2)
+                     {"mean": mean32}).acc.astype(np.float64).sum(axis=(1, 3))   # (C, 2)
+    dgamma, dbeta = inv64 * s[:, 1], s[:, 0]
     k = np.asarray(gamma, np.float32).astype(np.float64).reshape(C) * inv64
-    c1 = -k * inv64 * s[:, 1] / n
-    c0 = -k * s[:, 0] / n
     r = run_channels(backend, "bn_bwd_apply_ch", {"x": xc, "dy": dyc},
-                     {"mean": mean32, "c1": c1, "c0": c0, "k": k})
+                     {"mean": mean32, "c1": -k * inv64 * dgamma / n, "c0": -k * dbeta / n,
+                      "k": k})
     dx = _from_channels(r.outputs["dx"], x.shape)
-    return dx, s[:, 1].astype(np.float32), s[:, 0].astype(np.float32)
+    return dx, dgamma.astype(np.float32), dbeta.astype(np.float32)
+
+
+batchnorm_forward = batchnorm_forward_2pass          # the names of the per-channel kernels
+batchnorm_backward = batchnorm_backward_channels     # of old: the same computation now
 
 
 # ---- pooling (2x2, stride 2, channels-last) -----------------------------------------------
@@ -582,23 +594,47 @@ HOST_KERNELS = {
 }
 
 
+POOL_BODIES = {
+    "avgpool2_fwd": ("MOV G{i}, B[p0+]", "ADD G{i}, G{i}, B[p1+]", "ADD G{i}, G{i}, B[p2+]",
+                     "ADD G{i}, G{i}, B[p3+]", "MUL B[p4+], G{i}, S0"),
+    "maxpool2_fwd": ("MOV G{i}, B[p0+]", "MAX G{i}, G{i}, B[p1+]", "MAX G{i}, G{i}, B[p2+]",
+                     "MAX G{i}, G{i}, B[p3+]", "MOV B[p4+], G{i}"),
+    "avgpool2_bwd": ("MUL G{i}, B[p4+], S0", "MOV B[p0+], G{i}", "MOV B[p1+], G{i}",
+                     "MOV B[p2+], G{i}", "MOV B[p3+], G{i}"),
+}
+POOL_STREAMS = {"avgpool2_fwd": ("x", "y"), "maxpool2_fwd": ("x", "y"),
+                "avgpool2_bwd": ("dy", "dx")}
+
+
+def pool_block(name: str, cb: int) -> int:
+    """Lane columns of a pixel each window pointer moves per visit: the largest divisor of
+    cb (columns per pixel) whose phases fit the CRF beside the loops."""
+    body = POOL_BODIES[name]
+    bmax = max(1, min(BLOCK_MAX, (isa.CRF_DEPTH - 6) // len(body)))
+    return max(b for b in range(1, bmax + 1) if cb % b == 0)
+
+
+@functools.lru_cache(maxsize=256)
 def pool_program(name: str, W: int, cb: int) -> Program:
     """2x2/stride-2 pooling over a channels-last image W wide with cb columns per pixel.
-    p0..p3: the window's four pixels (row-major), p4: the pooled (or gradient) stream."""
-    if name == "avgpool2_fwd":
-        body = ["MOV G0, B[p0+]", "ADD G0, G0, B[p1+]", "ADD G0, G0, B[p2+]",
-                "ADD G0, G0, B[p3+]", "MUL B[p4+], G0, S0"]
-    elif name == "maxpool2_fwd":
-        body = ["MOV G0, B[p0+]", "MAX G0, G0, B[p1+]", "MAX G0, G0, B[p2+]",
-                "MAX B[p4+], G0, B[p3+]"]
-    elif name == "avgpool2_bwd":
-        body = ["MUL G0, B[p4+], S0", "MOV B[p0+], G0", "MOV B[p1+], G0", "MOV B[p2+], G0",
-                "MOV B[p3+], G0"]
-    else:
+    p0..p3: the window's four pixels (row-major), p4: the pooled (or gradient) stream; each
+    moves a block of pool_block columns of its pixel per visit."""
+    if name not in POOL_BODIES:
         raise PimError(f"unknown pooling kernel {name!r}")
+    body = _expand(POOL_BODIES[name], pool_block(name, cb), {})
     text = ["top:", *body, "LOOP c0, top", f"ADDP p0 p1 p2 p3, {cb}", "LOOP c1, top",
             f"ADDP p0 p1 p2 p3, {W * cb}", "LOOP c2, top", "EXIT"]
     return assemble("\n".join(text))
+
+
+def pool_counts(name: str, images: int, H: int, W: int, cb: int) -> list[int]:
+    """Loop counts (c0 blocks of a pixel, c1 output columns, c2 output rows of all images)."""
+    return [cb // pool_block(name, cb), W // 2, images * (H // 2)]
+
+
+def pool_pointers(W: int, cb: int, big: int, small: int) -> list[int]:
+    """p0..p3 at the first window's pixels in the image region `big`, p4 at `small`."""
+    return [big, big + cb, big + W * cb, big + W * cb + cb, small]
 
 
 def _to_nhwc(x: np.ndarray, L: int) -> tuple[np.ndarray, int]:
@@ -650,9 +686,8 @@ def _pool_block(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W:
         big_base, small_base = 0, nb * big
         data = src[n0:n0 + nb].reshape(-1, L).view(np.uint32)
         backend.write_bank(big_base if fwd else small_base, data)
-        backend.set_pointers([big_base, big_base + cb, big_base + W * cb,
-                              big_base + W * cb + cb, small_base])
-        backend.set_counts([cb, Wo, nb * Ho])
+        backend.set_pointers(pool_pointers(W, cb, big_base, small_base))
+        backend.set_counts(pool_counts(name, nb, H, W, cb))
         cycles += backend.run()
         got = backend.read_bank(small_base if fwd else big_base, nb * (small if fwd else big))
         out[n0:n0 + nb] = got.view(np.float32).reshape(out[n0:n0 + nb].shape)
@@ -666,6 +701,8 @@ def _pool_input(x, what: str):
     if x.ndim != 4:
         raise PimError(f"{what} wants NCHW input, got shape {x.shape}")
     N, C, H, W = x.shape
+    if H < 2 or W < 2 or N * C == 0:
+        raise PimError(f"{what}: input of shape {x.shape} has no 2x2 window")
     return x[:, :, :H // 2 * 2, :W // 2 * 2], N, C, H // 2 * 2, W // 2 * 2
 
 
@@ -678,7 +715,8 @@ def avgpool2_forward(backend: Backend, x) -> np.ndarray:
 
 
 def maxpool2_forward(backend: Backend, x) -> np.ndarray:
-    """F.max_pool2d(x, 2) values (NaN wins; max(-0, +0) = +0)."""
+    """F.max_pool2d(x, 2) values (NaN wins; on a tie, +0 and -0 included, the first of the
+    window in row-major order, as torch)."""
     x, N, C, H, W = _pool_input(x, "maxpool2")
     src, _ = _to_nhwc(x, backend.lanes)
     out = _pool(backend, "maxpool2_fwd", src, N, H, W, C)
@@ -687,8 +725,14 @@ def maxpool2_forward(backend: Backend, x) -> np.ndarray:
 
 def avgpool2_backward(backend: Backend, dy, input_shape) -> np.ndarray:
     """Gradient of F.avg_pool2d(x, 2) for an input of input_shape (NCHW)."""
+    if len(input_shape) != 4:
+        raise PimError(f"avgpool2 backward wants an NCHW input shape, got {tuple(input_shape)}")
     N, C, H, W = input_shape
     dy = np.asarray(dy, np.float32)
+    _pool_input(np.empty((N, C, H, W), np.float32), "avgpool2 backward")
+    if dy.shape != (N, C, H // 2, W // 2):
+        raise PimError(f"avgpool2 backward: dy of shape {dy.shape} does not match the input "
+                       f"{tuple(input_shape)} (want {(N, C, H // 2, W // 2)})")
     src, _ = _to_nhwc(dy, backend.lanes)
     He, We = H // 2 * 2, W // 2 * 2
     out = _pool(backend, "avgpool2_bwd", src, N, He, We, C)
@@ -714,4 +758,4 @@ def maxpool2_backward_host(x, dy) -> np.ndarray:
     return out
 
 
-KERNELS = tuple(STREAM_KERNELS) + POOL_KERNELS
+KERNELS = tuple(STREAM_KERNELS) + tuple(CHANNEL_KERNELS) + POOL_KERNELS

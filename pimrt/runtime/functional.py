@@ -61,7 +61,7 @@ class _ReLU(torch.autograd.Function):
         mask = np.empty(xs.shape, bool)
         for s in _groups(xs.shape[1], pim.groups) if xs.ndim > 1 else [slice(None)]:
             y[:, s], mask[:, s] = kernels.relu_forward(pim.backend, xs[:, s])
-        ctx.mask, ctx.pim = mask, pim
+        ctx.y, ctx.pim = y, pim          # backward works from the output, as torch does
         if pim.masks is not None:
             pim.masks.append(mask)
         return _t(y, x)
@@ -71,7 +71,7 @@ class _ReLU(torch.autograd.Function):
         d = _np(dy)
         dx = np.empty_like(d)
         for s in _groups(d.shape[1], ctx.pim.groups) if d.ndim > 1 else [slice(None)]:
-            dx[:, s] = kernels.relu_backward(ctx.pim.backend, ctx.mask[:, s], d[:, s])
+            dx[:, s] = kernels.relu_backward(ctx.pim.backend, ctx.y[:, s], d[:, s])
         return _t(dx, dy), None
 
 
