@@ -430,12 +430,24 @@ def test_pim_tasks_move_each_tensor_once():
     s = build_schedule(g, 2)
     adds = [t for t in s.tasks if t.kind == "add" and t.phase == "fwd"]
     assert adds and sum(t.numel for t in adds) == g[adds[0].layer].numel
-    per_op = part.request_bytes * ctx.pim_scope           # bytes an all-bank command moves
+    from pimrt.pim.access import bank_accesses
+    from pimrt.runtime.work import bank_work
     for t in adds:
         r = pim_records(t, ctx)
-        nbytes = t.numel * 4
-        assert (r["op"] == READ).sum() == 2 * -(-nbytes // per_op)
-        assert (r["op"] == WRITE).sum() == -(-nbytes // per_op)
+        work = bank_work("residual_add", t, ctx)
+        # one bank's share: the output's elements over every bank, each column once
+        banks = part.channel_count * ctx.pim_scope
+        assert work == {"elements": -(-t.numel // banks)}
+        acc = bank_accesses("residual_add", lanes=8, column_bytes=64, **work)
+        cols = -(-work["elements"] // 16)                  # 16 fp32 a 64-byte column
+        for i in range(3):                                 # a, b read, y written, once each
+            assert sorted(acc["column"][acc["stream"] == i]) == list(range(
+                len(acc["column"][acc["stream"] == i])))
+            assert len(acc["column"][acc["stream"] == i]) >= cols
+        assert (r["op"] == READ).sum() == 2 * (r["op"] == WRITE).sum() \
+            == 2 * part.channel_count * (acc["rw"] == 1).sum()
+        writes = r["addr"][r["op"] == WRITE]
+        assert len(np.unique(writes)) == len(writes)
     pools = [t for t in s.tasks if t.kind == "maxpool" and t.phase == "fwd"]
     assert pools and sum(t.numel for t in pools) == 4 * g[pools[0].layer].numel
 
@@ -473,9 +485,9 @@ def test_a_sliced_conv_and_the_pim_after_it_move_only_their_slice():
     from pimrt.runtime.placement import place_step
     from pimrt.runtime.work import context, host_records, pim_records
     from pimrt.trace.records import READ, WRITE
-    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(),
-                        nn.Linear(8 * 8 * 8, 4))
-    g = capture(net, (4, 3, 8, 8))
+    net = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                        nn.Linear(64 * 32 * 32, 4))
+    g = capture(net, (4, 3, 32, 32))
     part = load_part("hbm2_pim")
     pl = place_step(g, part)
     ctx = context(g, part, pl)
@@ -497,9 +509,11 @@ def test_a_sliced_conv_and_the_pim_after_it_move_only_their_slice():
         assert ((reads >= w.base) & (reads < w.base + w.nbytes)).any()    # weights, each slice
     relus = [t for t in s.tasks if t.kind == "relu" and t.phase == "fwd"]
     assert [t.slice for t in relus] == [0, 1, 2, 3]
-    a, b = (len(pim_records(t, ctx)) for t in relus[:2])
-    assert a == b and a < len(pim_records(
+    a, b = (pim_records(t, ctx) for t in relus[:2])
+    assert len(a) == len(b) and 3 * len(a) < len(pim_records(
         dataclasses.replace(relus[0], slice=-1, slices=1, numel=relus[0].numel * 4), ctx))
+    # slice 1's commands come right after slice 0's in every bank: disjoint columns
+    assert not set(a["addr"][a["op"] == WRITE].tolist()) & set(b["addr"][b["op"] == WRITE].tolist())
 
 
 def test_first_convs_weight_gradient_runs_by_group():

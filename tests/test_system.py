@@ -54,11 +54,11 @@ def _pim_cycles(graph, part) -> int:
 def test_each_pim_parameter_moves_the_pims_time(graph):
     from pimrt.runtime.work import pim_memory_cycles
     base = load_part("hbm2_pim")
-    t0 = _pim_cycles(graph, base)
-    # a slower unit clock: the same unit cycles take more memory cycles
+    # a slower unit clock: the same unit cycles take more memory cycles (maps large enough
+    # for the units' compute to matter beside the commands' latency)
+    big = capture(small_cnn([16], [False], None), (16, 3, 64, 64))
     slow_part = load_part("hbm2_pim", {"pim.clock_mhz": 300})
-    slow = _pim_cycles(graph, slow_part)
-    assert slow > t0
+    assert _pim_cycles(big, slow_part) > 1.5 * _pim_cycles(big, base)
     ctx = [context(graph, p, place_step(graph, p)) for p in (base, slow_part)]
     assert pim_memory_cycles("relu_fwd", 10**6, ctx[1]) == \
         pytest.approx(pim_memory_cycles("relu_fwd", 10**6, ctx[0]) / 0.3)
@@ -74,17 +74,19 @@ def test_each_pim_parameter_moves_the_pims_time(graph):
     assert load_part("hbm2_pim", {"pim.mode_switch_cycles": 100}).pim["mode_switch_cycles"] == 100
 
 
-def test_lanes_the_rtl_was_not_measured_at_are_refused(graph):
+def test_more_lanes_take_fewer_cycles_and_unmeasured_lanes_are_refused(graph):
     from pimrt.pim import cycles
-    measured = cycles.table().get("lanes", 8)
-    other = 32 if measured != 32 else 16
-    part = step_part(load_part("hbm2_pim", {"pim.lanes": other}), "v100")
+    from pimrt.runtime.work import pim_memory_cycles
+    assert cycles.lanes() == [8, 16]
+    ctx = {lanes: context(graph, p, place_step(graph, p)) for lanes, p in
+           ((n, load_part("v100_hbm2_pim", {"pim.lanes": n})) for n in (8, 16, 32))}
+    eight, sixteen = (pim_memory_cycles("relu_fwd", 1 << 20, ctx[n]) for n in (8, 16))
+    assert 0.45 * eight < sixteen < 0.55 * eight          # twice the lanes, half the cycles
     sched = build_schedule(graph, 1, pipelined=False)
-    ctx = context(graph, part, place_step(graph, part))
     task = next(t for t in sched.tasks if t.side == "pim")
-    with pytest.raises(ConfigError, match=f"lanes = {other}: the PIM kernels' cycles are "
-                                          f"measured on the RTL at"):
-        task_records(task, ctx)
+    with pytest.raises(ConfigError, match="lanes = 32: the PIM kernels are checked on the RTL "
+                                          "at 8, 16 lanes only"):
+        task_records(task, ctx[32])
 
 
 @pytest.mark.parametrize("override, message", [
@@ -170,11 +172,13 @@ def _work(schedule, graph, part, policy):
 
 
 @pytest.mark.parametrize("pipelined", [False, True])
-def test_every_policy_runs_the_same_work_task_by_task(graph, pipelined):
+@pytest.mark.parametrize("shape", [(4, 3, 16, 16), (16, 3, 64, 64)])
+def test_every_policy_runs_the_same_work_task_by_task(pipelined, shape):
     """serial, authority and bank partitioning give each task of one schedule the same host
     requests, compute and PIM bytes; partitioning adds only its copies of the shared maps (the
     host's output moved between its banks and the PIM's, pinned here) and runs the PIM's bytes
     as commands on half the banks (twice as many)."""
+    graph = capture(small_cnn([8, 16], [True, False], "max"), shape)
     part = step_part("v100_hbm2_pim", "v100")
     s = build_schedule(graph, 2, pipelined=pipelined)
     serial, auth, bp = (_work(s, graph, part, p)
@@ -182,12 +186,15 @@ def test_every_policy_runs_the_same_work_task_by_task(graph, pipelined):
     for t, a, b, c in zip(s.tasks, serial, auth, bp):
         assert np.array_equal(a, b), t.label               # serial == authority, record by record
         if t.side == "pim":
+            # the same bytes on half the banks: each all-bank command moves half as much, so
+            # at least as many commands and at most twice as many plus the padding of each
+            # bank's share to the program's blocks
             pa, pc = a[a["op"] <= WRITE], c[c["op"] <= WRITE]
-            for op in (READ, WRITE):                        # the same bytes on half the banks
-                assert abs((pc["op"] == op).sum() - 2 * (pa["op"] == op).sum()) <= 3 or \
-                    (pa["op"] == op).sum() <= 1, t.label
-            # the unit's compute is the same: half the banks, every unit still working
-            assert c["value"][c["op"] == DELAY].sum() >= a["value"][a["op"] == DELAY].sum()
+            for op in (READ, WRITE):
+                na, nc = (pa["op"] == op).sum(), (pc["op"] == op).sum()
+                assert na <= nc <= 2 * na + 64 * 32, t.label
+            if t.numel >= 1 << 16:                          # large enough to fill the blocks
+                assert len(pc) == pytest.approx(2 * len(pa), rel=0.15), t.label
         else:
             extra = len(c[c["op"] <= WRITE]) - len(a[a["op"] <= WRITE])
             share = t.tensors.get("output") or t.tensors.get("grad_input")

@@ -22,7 +22,6 @@ import numpy as np
 from pimrt.graph import LayerGraph
 from pimrt.host import HostWork, load_host_part
 from pimrt.memctl.config import Part, encode_address
-from pimrt.pim import cycles as pim_cycles
 from pimrt.runtime.exchange import ExchangeConfig, scattered_lines
 from pimrt.runtime.placement import Placement
 from pimrt.runtime.schedule import Task
@@ -31,48 +30,45 @@ from pimrt.trace.records import DELAY, HOST, PIM, READ, RECORD_DTYPE, WRITE
 HOST_BATCH = 128   # requests between two compute delays
 PIM_BATCH = 64
 
-# PIM kernels per (kind, phase): the streams each reads and writes, in elements of the task
-# per element (a ReLU mask is 1 bit an element: 1/32 of an fp32 stream)
+# PIM kernels per (kind, phase): the unit's programs (pimrt.pim.kernels) a task runs, one after
+# another, each with its streams (pimrt.pim.access.kernel_streams) bound to the task's tensors
+# by role. A channel kernel's per-channel constants ("par") and sums ("acc") sit in the layer's
+# parameter and parameter-gradient regions (a few columns a bank).
 KERNELS = {
-    # batch norm forward as pimrt.runtime.functional runs it: the mean, a two-pass variance
-    # (x read as both streams of the dy*xhat reduction), then (x - mean)*k + beta
-    ("batchnorm", "fwd"): [("bn_stats", [("R", "input", 1)]),
-                           ("bn_bwd_stats", [("R", "input", 1), ("R", "input", 1)]),
-                           ("bn_bwd_apply", [("R", "input", 1), ("R", "input", 1),
-                                             ("W", "output", 1)])],
+    # batch norm forward: one statistics pass over x (per-lane shifted sums), one apply pass
+    ("batchnorm", "fwd"): [("bn_stats_ch", {"x": "input", "par": "param", "acc": "pgrad"}),
+                           ("bn_apply_ch", {"x": "input", "y": "output", "par": "param"})],
     # the same, split for the forward pass by batch slices (pimrt.runtime.schedule): the
-    # statistics of each slice as it arrives (its own mean, then its two-pass variance),
-    # combined on the host; the normalisation of each slice once every slice's are in
-    ("batchnorm_stats", "fwd"): [("bn_stats", [("R", "input", 1)]),
-                                 ("bn_bwd_stats", [("R", "input", 1), ("R", "input", 1)])],
-    ("batchnorm_apply", "fwd"): [("bn_bwd_apply", [("R", "input", 1), ("R", "input", 1),
-                                                   ("W", "output", 1)])],
-    ("relu", "fwd"): [("relu_fwd", [("R", "input", 1), ("W", "output", 1), ("W", "mask", 1 / 32)])],
-    ("relu6", "fwd"): [("relu_fwd", [("R", "input", 1), ("W", "output", 1), ("W", "mask", 1 / 32)])],
-    ("add", "fwd"): [("residual_add", [("R", "input", 1), ("R", "input2", 1), ("W", "output", 1)])],
-    ("maxpool", "fwd"): [("maxpool2_fwd", [("R", "input", 1), ("W", "output", 1 / 4)])],
-    ("avgpool", "fwd"): [("avgpool2_fwd", [("R", "input", 1), ("W", "output", 1 / 4)])],
-    ("concat", "fwd"): [("residual_add", [("R", "output", 1), ("W", "output", 1)])],
-    ("batchnorm", "bwd"): [("bn_bwd_stats", [("R", "grad_output", 1), ("R", "input", 1)]),
-                           ("bn_bwd_apply", [("R", "grad_output", 1), ("R", "input", 1),
-                                             ("W", "grad_input", 1)])],
-    ("relu", "bwd"): [("relu_bwd", [("R", "grad_output", 1), ("R", "mask", 1 / 32),
-                                    ("W", "grad_input", 1)])],
-    ("relu6", "bwd"): [("relu_bwd", [("R", "grad_output", 1), ("R", "mask", 1 / 32),
-                                     ("W", "grad_input", 1)])],
-    ("avgpool", "bwd"): [("avgpool2_bwd", [("R", "grad_output", 1 / 4), ("W", "grad_input", 1)])],
-    ("accumulate", "bwd"): [("residual_add", [("R", "grad", 1), ("R", "grad", 1), ("W", "grad", 1)])],
-    ("update", "update"): [("sgd", [("R", "param", 1), ("R", "pgrad", 1), ("R", "momentum", 1),
-                                    ("W", "param", 1), ("W", "momentum", 1)])],
+    # statistics of each slice as it arrives, combined on the host; the normalisation of
+    # each slice once every slice's are in
+    ("batchnorm_stats", "fwd"): [("bn_stats_ch", {"x": "input", "par": "param",
+                                                  "acc": "pgrad"})],
+    ("batchnorm_apply", "fwd"): [("bn_apply_ch", {"x": "input", "y": "output",
+                                                  "par": "param"})],
+    ("batchnorm", "bwd"): [("bn_bwd_stats_ch", {"x": "input", "dy": "grad_output",
+                                                "par": "param", "acc": "pgrad"}),
+                           ("bn_bwd_apply_ch", {"x": "input", "dy": "grad_output",
+                                                "dx": "grad_input", "par": "param"})],
+    ("relu", "fwd"): [("relu_fwd", {"x": "input", "y": "output"})],
+    ("relu6", "fwd"): [("relu_fwd", {"x": "input", "y": "output"})],
+    # ReLU backward from its output, as torch: dx = dy where y > 0
+    ("relu", "bwd"): [("relu_bwd", {"y": "result", "dy": "grad_output", "dx": "grad_input"})],
+    ("relu6", "bwd"): [("relu_bwd", {"y": "result", "dy": "grad_output", "dx": "grad_input"})],
+    ("add", "fwd"): [("residual_add", {"a": "input", "b": "input2", "y": "output"})],
+    ("maxpool", "fwd"): [("maxpool2_fwd", {"x": "input", "y": "output"})],
+    ("avgpool", "fwd"): [("avgpool2_fwd", {"x": "input", "y": "output"})],
+    ("avgpool", "bwd"): [("avgpool2_bwd", {"dy": "grad_output", "dx": "grad_input"})],
+    # a concatenation's part: the unit has no copy program; the add program's two reads of
+    # the part (a + 0 would need a zero stream too) and one write stand for it
+    ("concat", "fwd"): [("residual_add", {"a": "output", "b": "output", "y": "output"})],
+    ("accumulate", "bwd"): [("residual_add", {"a": "grad", "b": "grad", "y": "grad"})],
+    ("update", "update"): [("sgd", {"w": "param", "g": "pgrad", "v": "momentum"})],
     # sparse exchange (pimrt.runtime.exchange): GradSA's fold and select, then the update
-    ("fold", "update"): [("gradsa_fold", [("R", "param", 1), ("R", "pgrad", 1),
-                                          ("R", "momentum", 1), ("R", "residual", 1),
-                                          ("W", "momentum", 1), ("W", "residual", 1)])],
-    ("select", "update"): [("gradsa_select", [("R", "residual", 1), ("R", "momentum", 1),
-                                              ("W", "momentum", 1), ("W", "smask", 1 / 32),
-                                              ("W", "update", 1)])],
-    ("update", "apply"): [("sgd_apply", [("R", "param", 1), ("R", "update", 1),
-                                         ("W", "param", 1)])],
+    ("fold", "update"): [("gradsa_fold", {"w": "param", "g": "pgrad", "u": "momentum",
+                                          "v": "residual"})],
+    ("select", "update"): [("gradsa_select", {"v": "residual", "u": "momentum",
+                                              "mask": "smask", "d": "update"})],
+    ("update", "apply"): [("sgd_apply", {"w": "param", "d": "update"})],
 }
 
 
@@ -141,26 +137,63 @@ def context(graph: LayerGraph, part: Part, placement: Placement, host_part="v100
                    exchange or ExchangeConfig(), host_times)
 
 
-def pim_memory_cycles(kernel: str, numel: int, ctx: Context) -> float:
-    """Memory cycles the units of one channel need for a kernel on `numel` elements spread
-    over every channel: the unit's clock cycles at the part's lane count (measured on the
-    RTL, pimrt.pim.cycles), on each working unit's share, over the units' clock ratio."""
-    pim = ctx.part.pim
-    units = ctx.pim_units * ctx.part.channel_count
-    cpe = unit_cycles_per_element(kernel, pim["lanes"])
-    return cpe * numel / units / pim["clock_ratio"]
+def bank_work(kernel: str, task: Task, ctx: Context) -> dict:
+    """One bank's share of a PIM task, as pimrt.pim.access takes it. A tensor spreads over
+    every bank the PIM reaches (channels x banks of its scope): a stream kernel's elements
+    evenly; batch norm's channels whole, several a bank, or where there are fewer channels
+    than banks each channel over banks/channels banks; pooling's images whole (channels-last),
+    or where there are fewer images than banks a band of whole window rows of one image."""
+    banks = ctx.part.channel_count * ctx.pim_scope
+    family = _family(kernel)
+    if family == "stream":
+        return {"elements": max(1, -(-task.numel // banks))}
+    layer = ctx.graph[task.layer]
+    shape = layer.input_shapes[0] if layer.input_shapes else layer.shape
+    frac = (task.span[1] - task.span[0]) if task.span is not None else \
+        (1 / task.groups if task.group >= 0 else 1)
+    channels = max(1, round(shape[1] * frac)) if len(shape) > 1 else 1
+    if family == "channel":
+        per = max(1, task.numel // channels)
+        if channels >= banks:
+            return {"channels": -(-channels // banks), "elements": per}
+        return {"channels": 1, "elements": max(1, -(-per * channels // banks))}
+    n = shape[0] // task.slices if task.slice >= 0 else shape[0]
+    h, w = (shape[2], shape[3]) if len(shape) == 4 else (2, 2)
+    if n >= banks:
+        return {"images": -(-n // banks), "height": h, "width": w, "channels": channels}
+    # fewer images than banks: bands of whole window rows, every channel of a pixel together
+    pairs = -(-n * max(h // 2, 1) // banks)
+    return {"images": 1, "height": 2 * pairs, "width": w, "channels": channels}
 
 
-def unit_cycles_per_element(kernel: str, lanes: int) -> float:
-    """The unit's clock cycles per element of `kernel` at `lanes` fp32 lanes, as measured on
-    the RTL; a lane count never measured is a ConfigError."""
+def _family(kernel: str) -> str:
+    from pimrt.pim import kernels as K
+    return "stream" if kernel in K.STREAM_KERNELS else \
+        "channel" if kernel in K.CHANNEL_KERNELS else "pool"
+
+
+def pim_kernel_cycles(kernel: str, work: dict, ctx: Context) -> float:
+    """Memory cycles a unit takes for `kernel` on its banks' share (`work` a bank): the
+    unit's clock cycles for the program (pimrt.pim.access.bank_cycles, exact, at the part's
+    lanes) for each of its banks in the PIM's scope, over the units' clock ratio."""
     from pimrt.errors import ConfigError
-    table = pim_cycles.table()
-    measured = table.get("lanes", 8)
-    if lanes != measured:
-        raise ConfigError(f"[pim] lanes = {lanes}: the PIM kernels' cycles are measured on the "
-                          f"RTL at {measured} lanes only (pimrt/pim/kernel_cycles.json)")
-    return pim_cycles.cycles_per_element(kernel)
+    from pimrt.pim import access, cycles
+    pim = ctx.part.pim
+    if pim["lanes"] not in cycles.lanes():
+        raise ConfigError(f"[pim] lanes = {pim['lanes']}: the PIM kernels are checked on the RTL "
+                          f"at {', '.join(map(str, cycles.lanes()))} lanes only "
+                          f"(pimrt/pim/kernel_cycles.json; pimrt bench pim --lanes N "
+                          f"--update-cycles)")
+    per_unit = ctx.pim_scope // ctx.pim_units
+    return access.bank_cycles(kernel, lanes=pim["lanes"], **work) * per_unit / pim["clock_ratio"]
+
+
+def pim_memory_cycles(kernel: str, numel: int, ctx: Context) -> float:
+    """pim_kernel_cycles of a stream kernel on `numel` elements spread over the PIM's banks."""
+    if _family(kernel) != "stream":
+        raise ValueError(f"{kernel}: pim_memory_cycles takes stream kernels")
+    banks = ctx.part.channel_count * ctx.pim_scope
+    return pim_kernel_cycles(kernel, {"elements": max(1, -(-numel // banks))}, ctx)
 
 
 def _records(n: int) -> np.ndarray:
@@ -290,12 +323,10 @@ def gpu_records(task: Task, ctx: Context) -> np.ndarray:
     for passes in GPU_KERNELS[(task.kind, task.phase)]:
         addrs, ops = [], []
         for rw, role, frac in passes:
-            if role == "result":
-                region = ctx.placement[f"act:{task.layer}"]
-            elif role == "index":
+            if role == "index":
                 region = ctx.placement[f"index:{task.layer}"]
             else:
-                region = _region_for(task, role, ctx)
+                region = _role_region(task, role, ctx)
             start, nbytes = _task_slice(task, region)
             a, o = _stream_lines(start, nbytes * frac, WRITE if rw == "W" else READ)
             addrs.append(a)
@@ -380,44 +411,56 @@ def _region_for(task: Task, role: str, ctx: Context):
 
 
 def pim_records(task: Task, ctx: Context) -> np.ndarray:
+    """A PIM task's all-bank commands: each of its kernels' programs walked for one bank's
+    share (pimrt.pim.access.bank_accesses: the DRAM columns the unit reads and writes, in
+    program order, as the RTL does), every access an all-bank command in every channel at
+    that stream's row and column; when the units need more cycles than the commands (the
+    program's exact cycle count at the part's lanes and clock) the stream pauses for the
+    difference."""
+    from pimrt.errors import ConfigError
+    from pimrt.pim import access
+    from pimrt.pim.errors import PimError
     part = ctx.part
     kernels = KERNELS.get((task.kind, task.phase))
     if kernels is None:
         raise KeyError(f"no PIM kernel for {task.kind} {task.phase}")
-    o = part.org
-    chans = part.channel_count
-    cols = part.columns_per_row
-    bytes_per_op = part.request_bytes * ctx.pim_scope
-    sets = (o["ranks"] * part.banks_per_rank) // ctx.pim_scope   # bank sets a row span holds
-    es = 4
+    chans, cols = part.channel_count, part.columns_per_row
+    banks = chans * ctx.pim_scope
+    span = part.capacity_bytes // part.org["rows"]       # one row of every bank
     out = []
-    for kernel, streams in kernels:
-        addrs, ops = [], []
-        for rw, role, frac in streams:
-            region = _region_for(task, role, ctx)
-            start = _task_slice(task, region)[0]
-            nbytes = max(int(task.numel * es * frac), 1) if not role.endswith("mask") else \
-                max(int(task.numel / 8), 1)
-            nops = max(1, -(-nbytes // bytes_per_op))
-            k = np.arange(nops, dtype=np.int64)
-            row0 = start // (part.capacity_bytes // o["rows"])
-            per_row = cols * chans * sets
-            row = (row0 + k // per_row) % o["rows"]
-            rest = k % per_row
-            addrs.append(encode_address(part, channel=rest % chans, row=row,
-                                        column=(rest // chans) % cols))
-            ops.append(np.full(nops, WRITE if rw == "W" else READ, np.uint8))
-        addr = np.concatenate(addrs)
-        op = np.concatenate(ops)
-        # interleave the streams of the kernel (the unit reads x, writes y, ... column by column)
-        order = np.argsort(np.concatenate([np.linspace(0, 1, len(a), endpoint=False)
-                                           for a in addrs]), kind="stable")
-        addr, op = addr[order], op[order]
-        compute = pim_memory_cycles(kernel, task.numel, ctx)
-        memory = len(addr) / chans * ctx.pim_column_cycles
-        extra = int(max(0.0, compute - memory))
-        out.append(_interleave(addr, op, PIM, extra, PIM_BATCH))
+    for kernel, roles in kernels:
+        work = bank_work(kernel, task, ctx)
+        try:
+            acc = access.bank_accesses(kernel, lanes=part.pim["lanes"],
+                                       column_bytes=part.request_bytes, **work)
+            compute = pim_kernel_cycles(kernel, work, ctx)
+        except PimError as exc:
+            raise ConfigError(f"{task.label}: {exc}") from None
+        first = np.zeros(len(access.kernel_streams(kernel)), np.int64)
+        for i, stream in enumerate(access.kernel_streams(kernel)):
+            region = _role_region(task, roles[stream], ctx)
+            start, _ = _task_slice(task, region) if roles[stream] not in (
+                "param", "pgrad") else (region.base, 0)
+            # the stream's first column in each bank: its region's row, then its share
+            first[i] = region.base // span * cols + (start - region.base) // (
+                banks * part.request_bytes)
+        idx = first[acc["stream"]] + acc["column"]
+        row, col = (idx // cols) % part.org["rows"], idx % cols
+        n = len(acc)
+        ch = np.tile(np.arange(chans), n)
+        addr = encode_address(part, channel=ch, row=np.repeat(row, chans),
+                              column=np.repeat(col, chans))
+        op = np.repeat(np.where(acc["rw"] == access.WRITE, WRITE, READ).astype(np.uint8),
+                       chans)
+        memory = n * ctx.pim_column_cycles
+        out.append(_interleave(addr, op, PIM, int(max(0.0, compute - memory)), PIM_BATCH))
     return np.concatenate(out)
+
+
+def _role_region(task: Task, role: str, ctx: Context):
+    if role == "result":
+        return ctx.placement[f"act:{task.layer}"]
+    return _region_for(task, role, ctx)
 
 
 def task_records(task: Task, ctx: Context) -> np.ndarray:
