@@ -172,7 +172,7 @@ def _lane_sums(x, L, block):
     return s, cols
 
 
-@pytest.mark.parametrize("shape", [(4, 16, 8, 8), (3, 5, 7, 9), (2, 6, 4, 4), (64, 3), (1, 2, 1)])
+@pytest.mark.parametrize("shape", [(4, 16, 8, 8), (3, 5, 7, 9), (2, 6, 4, 4), (64, 3), (2, 2, 1)])
 def test_channel_batch_norm_statistics_and_channel_independence(shape):
     """bn_stats_ch's per-lane sums equal numpy's float32 sums bit for bit; each channel run on
     its own gives the same bits as all channels in one run."""

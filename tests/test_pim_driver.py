@@ -112,3 +112,30 @@ def test_safe_clock_build_equals_fast_clock(monkeypatch):
     outs = [K.run_channels(b, "bn_stats_ch", {"x": x.reshape(3, -1)}) for b in (safe, fast, g)]
     assert outs[0].cycles == outs[1].cycles == outs[2].cycles
     assert (outs[0].acc == outs[2].acc).all() and (outs[1].acc == outs[2].acc).all()
+
+
+def test_sixteen_lanes_driver_equals_golden():
+    """LANES=16: every kernel on the RTL equals the golden model at 16 lanes (bits, cycles)."""
+    testing.skip_without_verilator()
+    from pimrt.pim.driver import PimDriver
+    drv, g = PimDriver(lanes=16), GoldenBackend(lanes=16)
+    rng = np.random.default_rng(16)
+    for name, k in K.STREAM_KERNELS.items():
+        arrays = {s: (rng.standard_normal(5003) * 3).astype(np.float32) for s in k.inputs}
+        scal = {s: float(rng.standard_normal()) for s in k.scalars}
+        rg, rd = K.run_stream(g, name, arrays, scal), K.run_stream(drv, name, arrays, scal)
+        assert rd.cycles == rg.cycles, name
+        assert all(_same(rd.outputs[s], rg.outputs[s]) for s in rg.outputs), name
+    x = rng.standard_normal((4, 20, 6, 10)).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    gamma, beta = np.ones(20, np.float32), np.zeros(20, np.float32)
+    fg = K.batchnorm_forward_2pass(g, x, gamma, beta)
+    assert all(_same(a, b) for a, b in zip(fg, K.batchnorm_forward_2pass(drv, x, gamma, beta)))
+    bg = K.batchnorm_backward_channels(g, x, dy, gamma, fg[1], fg[2])
+    bd = K.batchnorm_backward_channels(drv, x, dy, gamma, fg[1], fg[2])
+    assert all(_same(a, b) for a, b in zip(bg, bd))
+    for fn in (K.avgpool2_forward, K.maxpool2_forward):
+        assert _same(fn(drv, x), fn(g, x))
+    d2 = rng.standard_normal((4, 20, 3, 5)).astype(np.float32)
+    assert _same(K.avgpool2_backward(drv, d2, x.shape), K.avgpool2_backward(g, d2, x.shape))
+    assert drv.stats == g.stats

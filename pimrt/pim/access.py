@@ -84,8 +84,8 @@ def _layout(kernel: str, lanes: int, vals: tuple[int, ...]):
     if fam == "channel":
         k = K.CHANNEL_KERNELS[kernel]
         c, n = vals
-        P = -(-(-(-n // lanes)) // k.block()) * k.block()
-        return (k.program().words, K.channel_counts(k, P, c),
+        pieces, P = K.channel_pieces(k, -(-n // lanes))
+        return (k.program().words, K.channel_counts(k, P, c * pieces),
                 [(i, 0) for i in range(len(k.all_streams))])
     images, H, W, C = vals
     H, W, cb = H // 2 * 2, W // 2 * 2, -(-C // lanes)

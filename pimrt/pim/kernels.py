@@ -294,6 +294,7 @@ class ChannelKernel:
     params: tuple[str, ...] = ()     # per-channel constants, loaded into G(16 - len)..G15
     acc: int = 0                     # accumulators zeroed per channel and stored after it
     shift: bool = False              # G15 = the channel's first column (per-lane shift)
+    piece: int = 0                   # columns per piece at most (0: as many as the bank holds)
     doc: str = ""
 
     @property
@@ -334,16 +335,20 @@ class ChannelKernel:
         return assemble("\n".join(lines))
 
 
+STATS_PIECE = 64     # columns a statistics accumulator sums at most: 64 values a lane
+
 CHANNEL_KERNELS = {k.name: k for k in [
     ChannelKernel("bn_stats_ch", ("x",), (),
                   ("SUB G{i}, B[{x}+], {shift}", "ADD A0, A0, G{i}", "MAD A1, G{i}, G{i}, A1"),
-                  acc=2, shift=True,
-                  doc="per channel and lane, K = the lane's first value: A0 += x - K; "
-                      "A1 += (x - K)^2"),
+                  acc=2, shift=True, piece=STATS_PIECE,
+                  doc="per piece of a channel and lane, K = the lane's first value: "
+                      "A0 += x - K; A1 += (x - K)^2"),
     ChannelKernel("bn_apply_ch", ("x",), ("y",),
-                  ("SUB G{i}, B[{x}+], {mean}", "MAD B[{y}+], G{i}, {scale}, {shift}"),
-                  ("mean", "scale", "shift"),
-                  doc="per channel: y = (x - mean)*scale + shift"),
+                  ("SUB G{i}, B[{x}+], {mean}", "SUB G{i}, G{i}, {mean_lo}",
+                   "MAD B[{y}+], G{i}, {scale}, {shift}"),
+                  ("mean", "mean_lo", "scale", "shift"),
+                  doc="per channel: y = ((x - mean) - mean_lo)*scale + shift, mean + mean_lo "
+                      "the batch mean to twice float32's precision"),
     ChannelKernel("bn_bwd_stats_ch", ("x", "dy"), (),
                   ("SUB G{i}, B[{x}+], {mean}", "MOV G{j}, B[{dy}+]", "ADD A0, A0, G{j}",
                    "MAD A1, G{i}, G{j}, A1"), ("mean",), acc=2,
@@ -371,14 +376,21 @@ def channel_layout(backend: Backend, k: ChannelKernel, n: int) -> tuple[int, int
     """-> (pieces per channel, padded columns per piece) for channels of n values: fixed by
     the kernel, the bank and n alone, so a channel's results never depend on the other
     channels of the run."""
-    L, B = backend.lanes, k.block()
-    cols = max(-(-n // L), 1)
+    B = k.block()
     ns, per = len(k.streams), len(k.params) + k.acc
     room = (backend.depth - per) // ns // B * B
     if room < B:
         raise PimCapacityError(f"kernel {k.name}: the bank of {backend.depth} columns cannot "
                                f"hold {ns} streams of one block ({B} columns)")
-    pieces = -(-cols // room)
+    return channel_pieces(k, max(-(-n // backend.lanes), 1), room)
+
+
+def channel_pieces(k: ChannelKernel, cols: int, room: int | None = None) -> tuple[int, int]:
+    """-> (pieces, padded columns per piece) for a channel of `cols` columns: equal pieces of
+    at most `room` columns (the bank) and the kernel's `piece`, padded to whole blocks."""
+    B = k.block()
+    limits = [r for r in (room, k.piece) if r]
+    pieces = -(-cols // (min(limits) if limits else cols))
     return pieces, -(-(-(-cols // pieces)) // B) * B
 
 
@@ -536,8 +548,9 @@ def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5,
     N = x.shape[0]
     if slices < 1 or N % slices:
         raise PimError(f"batch norm: {slices} slices do not divide the batch of {N}")
-    if x.size == 0:
-        raise PimError(f"batch norm: no values per channel in shape {x.shape}")
+    if x.size // max(C, 1) < 2:
+        raise PimError(f"batch norm: training needs more than one value per channel, got shape "
+                       f"{x.shape} (torch refuses it too)")
     groups = []
     for b in range(slices):
         xc = _by_channel(x[b * N // slices:(b + 1) * N // slices])
@@ -549,7 +562,8 @@ def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5,
     m32 = mean.astype(np.float32)
     g64 = np.asarray(gamma, np.float32).astype(np.float64).reshape(C)
     r = run_channels(backend, "bn_apply_ch", {"x": _by_channel(x)},
-                     {"mean": m32, "scale": g64 * inv, "shift": np.asarray(beta, np.float32)})
+                     {"mean": m32, "mean_lo": mean - m32.astype(np.float64), "scale": g64 * inv,
+                      "shift": np.asarray(beta, np.float32)})
     return _from_channels(r.outputs["y"], x.shape), m32, inv.astype(np.float32)
 
 
