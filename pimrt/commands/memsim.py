@@ -27,6 +27,9 @@ def register(subparsers) -> None:
                    help="authority: queued requests of the waiting side that force a hand-over")
     p.add_argument("--epoch-cap", type=int, default=None,
                    help="authority: longest epoch in cycles while the other side waits")
+    p.add_argument("--window", type=int, default=None, metavar="RECORDS",
+                   help="records the host's and the PIM's cursors may drift apart before the "
+                        "leading one waits (default 1048576: at most 24 MiB of records held)")
     p.add_argument("--pim-banks", default=None,
                    help="bank_partition: comma-separated bank indices (within a channel) of the PIM")
     p.add_argument("--set", action="append", default=[], metavar="TABLE.KEY=VALUE",
@@ -70,7 +73,7 @@ def run(args) -> int:
             raise ConfigError(f"--pim-banks {args.pim_banks!r}: expected bank numbers") from None
     opts = Options(policy=args.policy, issue_width=args.issue_width, pim_banks=pim_banks,
                    host_high_watermark=args.high_watermark, pim_high_watermark=args.high_watermark,
-                   epoch_cap=args.epoch_cap)
+                   epoch_cap=args.epoch_cap, window=args.window)
     trace = open_trace(args.trace, args.format, capacity_bytes=part.capacity_bytes)
     bar = tqdm(unit="rec", unit_scale=True, desc="memsim", disable=args.quiet or None,
                file=sys.stderr)
