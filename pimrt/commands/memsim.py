@@ -11,12 +11,12 @@ from pimrt.errors import ConfigError
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "memsim", help="replay a memory trace through the memctl DRAM model",
-        description="Replay a trace (pimrt text, .npy, DRAMsim3 or Ramulator 2.0 format) "
+        description="Replay a trace (pimrt text, .npy, DRAMsim3, Ramulator 1 or 2 formats) "
                     "through memctl and report per-requestor and per-channel statistics.")
     p.add_argument("trace", type=pathlib.Path, help="trace file")
     p.add_argument("--format", default=None,
-                   help="trace format: pimrt, npy, dramsim3, ramulator, ramulator_cpu "
-                        "(default: detected)")
+                   help="trace format: pimrt, npy, dramsim3, ramulator, ramulator_dram, "
+                        "ramulator_rw, ramulator_cpu (default: detected)")
     p.add_argument("--config", default="hbm2",
                    help="memory part: a shipped name (hbm2, ddr4, hbm2_pim) or a TOML file")
     p.add_argument("--policy", default="authority",
@@ -74,7 +74,7 @@ def run(args) -> int:
     opts = Options(policy=args.policy, issue_width=args.issue_width, pim_banks=pim_banks,
                    host_high_watermark=args.high_watermark, pim_high_watermark=args.high_watermark,
                    epoch_cap=args.epoch_cap, window=args.window)
-    trace = open_trace(args.trace, args.format, capacity_bytes=part.capacity_bytes)
+    trace = open_trace(args.trace, args.format, capacity_bytes=part.capacity_bytes, part=part)
     bar = tqdm(unit="rec", unit_scale=True, desc="memsim", disable=args.quiet or None,
                file=sys.stderr)
     try:

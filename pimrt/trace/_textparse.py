@@ -35,6 +35,7 @@ class ReadState:
     display: str                      # how errors name the file
     layer_names: list[str]
     capacity_bytes: int | None = None
+    part: object = None               # the memory part, for formats of DRAM coordinates
     last_cycle: int = 0               # arrival cycle of the last request read
     last_line: int = 0                # its line (or record) number, for the error message
     layer_index: dict = dataclasses.field(default_factory=dict)
