@@ -340,6 +340,42 @@ static void silent_requestor_is_bounded(void)
           (unsigned long long)cycles, (unsigned long long)cycles_big);
 }
 
+/* the fast text reader: plainly valid lines, and -1 (the caller's per-line parser decides) at
+ * anything else */
+static void text_reader(void)
+{
+    mc_record out[8];
+    uint64_t n, last;
+    const char *ok = "# header\n0x40 READ 0\n\n1f40 write 3 # c\r\n0X80\tP_MEM_RD  3\r\n";
+    int rc = mc_text_parse(MC_TEXT_DRAMSIM3, ok, strlen(ok), 0, 0, out, 8, &n, &last);
+    CHECK(rc == 0 && n == 3 && last == 4, "text: rc %d, %llu records, last line %llu", rc,
+          (unsigned long long)n, (unsigned long long)last);
+    CHECK(n == 3 && out[0].addr == 0x40 && out[0].op == MC_READ && out[1].addr == 0x1f40 &&
+          out[1].op == MC_WRITE && out[1].cycle == 3 && out[2].addr == 0x80 && out[2].cycle == 3,
+          "text: wrong records");
+    const char *ram = "LD 0x40\nst 64\n";
+    rc = mc_text_parse(MC_TEXT_RAMULATOR, ram, strlen(ram), 0, 0, out, 8, &n, &last);
+    CHECK(rc == 0 && n == 2 && out[1].addr == 64 && out[1].op == MC_WRITE, "text: ramulator");
+    const char *dram = "0x40 R\n80 w\n100\n";
+    rc = mc_text_parse(MC_TEXT_RAMULATOR_DRAM, dram, strlen(dram), 0, 0, out, 8, &n, &last);
+    CHECK(rc == 0 && n == 3 && out[1].addr == 0x80 && out[1].op == MC_WRITE &&
+          out[2].addr == 0x100 && out[2].op == MC_READ, "text: ramulator_dram");
+    const char *bad[] = {
+        "0x40 LOAD 0\n", "0x40 READ\n", "0x40 READ 0 1\n", "0xZZ READ 0\n",
+        "0x10000000000000000 READ 0\n", "0x40 READ 18446744073709551616\n",
+        "0x40 READ 5\n0x80 READ 4\n", "0x40 READ -1\n", "0x40 READ 1.5\n", "0x\xc3\xa9 READ 0\n",
+        "0x200 READ 0\n", /* beyond a capacity of 0x200 */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rc = mc_text_parse(MC_TEXT_DRAMSIM3, bad[i], strlen(bad[i]), 0x200, 0, out, 8, &n, &last);
+        CHECK(rc == -1, "text: bad line %zu taken", i);
+    }
+    rc = mc_text_parse(MC_TEXT_DRAMSIM3, "0x40 READ 3\n", 12, 0, 4, out, 8, &n, &last);
+    CHECK(rc == -1, "text: a cycle below the previous block's was taken");
+    rc = mc_text_parse(MC_TEXT_DRAMSIM3, ok, strlen(ok), 0, 0, out, 2, &n, &last);
+    CHECK(rc == -1, "text: more records than room taken");
+}
+
 int main(void)
 {
     const char *policies[] = {"serial", "authority", "bank_partition"};
@@ -348,6 +384,7 @@ int main(void)
         run_policy(policies[i], 1);
     }
     silent_requestor_is_bounded();
+    text_reader();
     bad_config();
     bad_records();
     lone_write_drains_at_the_end();

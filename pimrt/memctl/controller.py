@@ -404,16 +404,70 @@ def run_trace(chunks: Iterable[np.ndarray], part: Part | str, options: Options |
     log = CommandLog(cmdlog) if cmdlog is not None else None
     try:
         ctl = Controller(part, options, cmdlog=log)
-        for chunk in chunks:
-            ctl.feed(chunk, where)
-            if progress is not None:
-                progress(len(chunk))
+        with _Prefetch(chunks) as ahead:
+            for chunk in ahead:
+                ctl.feed(chunk, where)
+                if progress is not None:
+                    progress(len(chunk))
         ctl.finish(where)
     finally:
         if log is not None:
             log.close()
     names = layer_names if layer_names is not None else getattr(chunks, "layer_names", None)
     return ctl.stats(names)
+
+
+class _Prefetch:
+    """Iterates `chunks` in a thread a few chunks ahead of the consumer: reading and parsing
+    a trace (C and numpy, without the GIL) overlap the simulation (C, without the GIL). The
+    chunks come in order, and an error of the reader is raised where the chunk would have
+    come."""
+
+    DEPTH = 4
+
+    def __init__(self, chunks):
+        import queue
+        import threading
+        self._chunks = chunks
+        self._q = queue.Queue(self.DEPTH)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name="trace-reader", daemon=True)
+
+    def _put(self, item) -> bool:
+        import queue
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        try:
+            for chunk in self._chunks:
+                if not self._put(("chunk", chunk)):
+                    return
+            self._put(("end", None))
+        except BaseException as exc:   # handed to the consumer, raised there
+            self._put(("error", exc))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __iter__(self):
+        while True:
+            kind, item = self._q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
 def write_stats_csv(stats: dict, path: str | pathlib.Path) -> None:

@@ -377,6 +377,27 @@ def fixed_columns(block: bytes, k: int) -> tuple[Tokens, np.ndarray, np.ndarray]
     return t, t.starts.reshape(-1, k), t.ends.reshape(-1, k)
 
 
+_C_FORMATS = {"dramsim3": 1, "ramulator": 2, "ramulator_dram": 3}   # MC_TEXT_* (memctl.h)
+
+
+def c_parse(block: bytes, first_line: int, state: ReadState, fmt: str) -> np.ndarray | None:
+    """The block's records by the C reader (memctl/tracetext.c) of the simple host-only
+    formats, or None where it meets anything not plainly valid (the per-line parser then
+    reads the block and names the error)."""
+    from pimrt.memctl._native import ffi, lib   # the extension, on first use
+    out = np.empty(len(block) // 2 + 1, RECORD_DTYPE)
+    count, last = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    rc = lib.mc_text_parse(_C_FORMATS[fmt], block, len(block), state.capacity_bytes or 0,
+                           state.last_cycle, ffi.cast("mc_record *", ffi.from_buffer(out)),
+                           len(out), count, last)
+    if rc:
+        return None
+    n = int(count[0])
+    if n and fmt == "dramsim3":
+        state.last_cycle, state.last_line = int(out["cycle"][n - 1]), first_line + int(last[0])
+    return out[:n]
+
+
 def check_requests_fast(state: ReadState, cycles: np.ndarray, addrs: np.ndarray,
                         lines: np.ndarray) -> bool:
     """Order and capacity of a block's requests; updates state when all is well."""

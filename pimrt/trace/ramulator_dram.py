@@ -15,7 +15,7 @@ import numpy as np
 
 from pimrt.trace import _textparse as tp
 from pimrt.trace.dramsim3 import host_requests_only
-from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+from pimrt.trace.records import HOST, READ, WRITE
 from pimrt.trace._writer import TraceWriter
 
 NAME = "ramulator_dram"
@@ -46,19 +46,7 @@ def parse_line(toks: list[bytes], text: bytes, line: int, state: tp.ReadState) -
 
 
 def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray | None:
-    cols = tp.fixed_columns(block, 2)
-    if cols is None:
-        return None
-    t, s, e = cols
-    addrs, ok_a = tp.parse_uint_vec(t, s[:, 0], e[:, 0], "hex")
-    ops = tp.match_words(t, s[:, 1], e[:, 1], OP_WORDS)
-    if not (ok_a.all() and (ops >= 0).all()):
-        return None
-    if state.capacity_bytes is not None and (addrs >= np.uint64(state.capacity_bytes)).any():
-        return None
-    out = np.zeros(len(addrs), RECORD_DTYPE)
-    out["addr"], out["op"] = addrs, ops
-    return out
+    return tp.c_parse(block, first_line, state, NAME)
 
 
 def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
