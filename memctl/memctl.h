@@ -172,15 +172,16 @@ void mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t 
 
 
 /* pimrt.trace's fast reader of simple text formats (tracetext.c, not part of the model): the
- * whole lines of text[0..len) into out (at most max records, host requests; '#' comments and
- * blank lines skipped). Returns 0 with *count records and *last_line the 0-based line of the
- * last one (UINT64_MAX: none), or -1 at the first thing it does not take as plainly valid
- * (then the caller's per-line parser reads the text and names the error): a malformed line,
- * a number that does not fit 64 bits, an arrival cycle below last_cycle or the one before
+ * whole lines of text[0..len) into out as host requests ('#' comments and blank lines
+ * skipped), until out holds max records. Returns 0 with *count records read from
+ * text[0..*used), which holds *lines newlines, and *last_line the 0-based line of the last
+ * record (UINT64_MAX: none); or -1 at the first thing it does not take as plainly valid (then
+ * the caller's per-line parser reads the text and names the error): a malformed line, a
+ * number that does not fit 64 bits, an arrival cycle below last_cycle or the one before
  * (dramsim3), an address at or beyond capacity (0: no limit). */
 enum { MC_TEXT_DRAMSIM3 = 1, MC_TEXT_RAMULATOR = 2, MC_TEXT_RAMULATOR_DRAM = 3 };
 int mc_text_parse(int format, const char *text, uint64_t len, uint64_t capacity,
                   uint64_t last_cycle, mc_record *out, uint64_t max, uint64_t *count,
-                  uint64_t *last_line);
+                  uint64_t *used, uint64_t *lines, uint64_t *last_line);
 
 #endif

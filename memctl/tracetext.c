@@ -72,11 +72,11 @@ static int word_is(const unsigned char *s, const unsigned char *e, const char *w
 
 int mc_text_parse(int format, const char *text, uint64_t len, uint64_t capacity,
                   uint64_t last_cycle, mc_record *out, uint64_t max, uint64_t *count,
-                  uint64_t *last_line)
+                  uint64_t *used, uint64_t *lines, uint64_t *last_line)
 {
     const unsigned char *p = (const unsigned char *)text, *end = p + len;
     uint64_t n = 0, line = 0;
-    *count = 0;
+    *count = *used = *lines = 0;
     *last_line = UINT64_MAX;
     while (p < end) {
         const unsigned char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -97,7 +97,7 @@ int mc_text_parse(int format, const char *text, uint64_t len, uint64_t capacity,
             te[k++] = q;
         }
         if (k) {
-            if (n == max) return -1;
+            if (n == max) break; /* out is full: this line starts the next call */
             mc_record *r = &out[n];
             memset(r, 0, sizeof *r);
             r->requestor = MC_HOST;
@@ -139,5 +139,7 @@ int mc_text_parse(int format, const char *text, uint64_t len, uint64_t capacity,
         p = nl ? nl + 1 : end;
     }
     *count = n;
+    *used = (uint64_t)(p - (const unsigned char *)text);
+    *lines = line;
     return 0;
 }

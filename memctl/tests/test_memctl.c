@@ -345,19 +345,20 @@ static void silent_requestor_is_bounded(void)
 static void text_reader(void)
 {
     mc_record out[8];
-    uint64_t n, last;
+    uint64_t n, last, used, lines;
     const char *ok = "# header\n0x40 READ 0\n\n1f40 write 3 # c\r\n0X80\tP_MEM_RD  3\r\n";
-    int rc = mc_text_parse(MC_TEXT_DRAMSIM3, ok, strlen(ok), 0, 0, out, 8, &n, &last);
-    CHECK(rc == 0 && n == 3 && last == 4, "text: rc %d, %llu records, last line %llu", rc,
-          (unsigned long long)n, (unsigned long long)last);
+    int rc = mc_text_parse(MC_TEXT_DRAMSIM3, ok, strlen(ok), 0, 0, out, 8, &n, &used, &lines, &last);
+    CHECK(rc == 0 && n == 3 && last == 4 && used == strlen(ok) && lines == 5,
+          "text: rc %d, %llu records, last line %llu", rc, (unsigned long long)n,
+          (unsigned long long)last);
     CHECK(n == 3 && out[0].addr == 0x40 && out[0].op == MC_READ && out[1].addr == 0x1f40 &&
           out[1].op == MC_WRITE && out[1].cycle == 3 && out[2].addr == 0x80 && out[2].cycle == 3,
           "text: wrong records");
     const char *ram = "LD 0x40\nst 64\n";
-    rc = mc_text_parse(MC_TEXT_RAMULATOR, ram, strlen(ram), 0, 0, out, 8, &n, &last);
+    rc = mc_text_parse(MC_TEXT_RAMULATOR, ram, strlen(ram), 0, 0, out, 8, &n, &used, &lines, &last);
     CHECK(rc == 0 && n == 2 && out[1].addr == 64 && out[1].op == MC_WRITE, "text: ramulator");
     const char *dram = "0x40 R\n80 w\n100\n";
-    rc = mc_text_parse(MC_TEXT_RAMULATOR_DRAM, dram, strlen(dram), 0, 0, out, 8, &n, &last);
+    rc = mc_text_parse(MC_TEXT_RAMULATOR_DRAM, dram, strlen(dram), 0, 0, out, 8, &n, &used, &lines, &last);
     CHECK(rc == 0 && n == 3 && out[1].addr == 0x80 && out[1].op == MC_WRITE &&
           out[2].addr == 0x100 && out[2].op == MC_READ, "text: ramulator_dram");
     const char *bad[] = {
@@ -367,13 +368,15 @@ static void text_reader(void)
         "0x200 READ 0\n", /* beyond a capacity of 0x200 */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        rc = mc_text_parse(MC_TEXT_DRAMSIM3, bad[i], strlen(bad[i]), 0x200, 0, out, 8, &n, &last);
+        rc = mc_text_parse(MC_TEXT_DRAMSIM3, bad[i], strlen(bad[i]), 0x200, 0, out, 8, &n, &used, &lines, &last);
         CHECK(rc == -1, "text: bad line %zu taken", i);
     }
-    rc = mc_text_parse(MC_TEXT_DRAMSIM3, "0x40 READ 3\n", 12, 0, 4, out, 8, &n, &last);
+    rc = mc_text_parse(MC_TEXT_DRAMSIM3, "0x40 READ 3\n", 12, 0, 4, out, 8, &n, &used, &lines, &last);
     CHECK(rc == -1, "text: a cycle below the previous block's was taken");
-    rc = mc_text_parse(MC_TEXT_DRAMSIM3, ok, strlen(ok), 0, 0, out, 2, &n, &last);
-    CHECK(rc == -1, "text: more records than room taken");
+    rc = mc_text_parse(MC_TEXT_DRAMSIM3, ok, strlen(ok), 0, 0, out, 2, &n, &used, &lines, &last);
+    CHECK(rc == 0 && n == 2 && lines == 4 && used == strlen("# header\n0x40 READ 0\n\n1f40 write 3 # c\r\n"),
+          "text: a full out stops before the next record (%llu records, %llu bytes, %llu lines)",
+          (unsigned long long)n, (unsigned long long)used, (unsigned long long)lines);
 }
 
 int main(void)

@@ -50,7 +50,7 @@ def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray
 
 
 def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
-    return tp.read_text(path, state, parse_line, parse_fast)
+    return tp.read_c_text(path, state, NAME, parse_line, chunk_records)
 
 
 class Writer(TraceWriter):
