@@ -197,8 +197,11 @@ def test_host_pim_interleave():
 
 # ---------------------------------------------------------------------------------------------
 # round trips
-_names = st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF,
-                               exclude_characters="#"), min_size=1, max_size=8)
+# no '#' and no character str.strip() removes (U+0085, U+00A0, ...): the text writer refuses
+# names with outer blanks, which the reader would strip
+_names = st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_characters="#",
+                               exclude_categories=("Cc", "Zs", "Zl", "Zp")),
+                 min_size=1, max_size=8)
 
 
 @st.composite
