@@ -340,6 +340,57 @@ static void silent_requestor_is_bounded(void)
           (unsigned long long)cycles, (unsigned long long)cycles_big);
 }
 
+/* The host waits for an event the PIM signals 3,000 host records later, with a window of 100
+ * records fed in chunks of 37: the PIM's cursor must read past the window (the ring grows,
+ * copying its wrapped contents), and the run ends as with a window that never binds. */
+static uint64_t wait_beyond(uint64_t window, uint64_t *peak)
+{
+    mc_config k = hbm2("authority");
+    k.keep_completions = 0;
+    char err[256];
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    if (!sim) return 0;
+    mc_set_window(sim, window);
+    enum { N = 3200 };
+    mc_record *r = calloc(N, sizeof *r);
+    r[0].op = MC_WAIT; r[0].requestor = MC_HOST; r[0].value = 7;
+    for (int i = 1; i < 3001; i++) { r[i].op = MC_READ; r[i].addr = (uint64_t)i * 4096; }
+    for (int i = 3001; i < 3101; i++) {
+        r[i].op = MC_READ; r[i].requestor = MC_PIM; r[i].addr = (uint64_t)(i - 3001) * 64;
+    }
+    r[3101].op = MC_SIGNAL; r[3101].requestor = MC_PIM; r[3101].value = 7;
+    for (int i = 3102; i < N; i++) { r[i].op = MC_WRITE; r[i].addr = (uint64_t)i * 64; }
+    uint64_t done = 0, consumed;
+    int rc = MC_OK;
+    while (rc == MC_OK && done < N) {
+        uint64_t m = N - done < 37 ? N - done : 37;
+        rc = mc_feed(sim, r + done, m, done + m == N, &consumed);
+        done += consumed;
+    }
+    if (rc == MC_OK) rc = mc_finish(sim);
+    CHECK(rc == MC_OK, "wait beyond the window: rc %d: %s", rc, mc_error(sim));
+    uint64_t held, cap, fired, reached;
+    mc_held(sim, &held, peak, &cap);
+    mc_event(sim, 7, &reached, &fired);
+    mc_summary s;
+    mc_get_summary(sim, &s);
+    CHECK(s.requests == 3000 + 100 + (N - 3102) && fired != UINT64_MAX, "wait beyond the window: %llu requests",
+          (unsigned long long)s.requests);
+    free(r);
+    mc_free(sim);
+    return s.cycles;
+}
+
+static void wait_reads_past_the_window(void)
+{
+    uint64_t peak_small, peak_big;
+    uint64_t small = wait_beyond(100, &peak_small), big = wait_beyond(1u << 20, &peak_big);
+    CHECK(small == big && small > 0, "wait beyond the window: %llu cycles, %llu unbounded",
+          (unsigned long long)small, (unsigned long long)big);
+    CHECK(peak_small > 3000, "wait beyond the window: held at most %llu records",
+          (unsigned long long)peak_small);
+}
+
 /* the fast text reader: plainly valid lines, and -1 (the caller's per-line parser decides) at
  * anything else */
 static void text_reader(void)
@@ -387,6 +438,7 @@ int main(void)
         run_policy(policies[i], 1);
     }
     silent_requestor_is_bounded();
+    wait_reads_past_the_window();
     text_reader();
     bad_config();
     bad_records();
