@@ -6,23 +6,33 @@
 
 #include "internal.h"
 
-static int ensure_layer(mc_sim *sim, uint32_t id)
+int64_t mc_layer_index(const mc_sim *sim, uint32_t layer) { return idmap_get(&sim->layer_map, layer); }
+
+/* the index of layer `id` in sim->layers, added on first use (ids may be sparse) */
+static int layer_index(mc_sim *sim, uint32_t id, uint32_t *out)
 {
-    if (id < sim->nlayers) return MC_OK;
-    if (id >= sim->layers_cap) {
-        uint64_t cap = sim->layers_cap ? sim->layers_cap : 64;
-        while (cap <= id) cap *= 2;
+    int64_t k = idmap_get(&sim->layer_map, id);
+    if (k >= 0) {
+        *out = (uint32_t)k;
+        return MC_OK;
+    }
+    if (sim->nlayers >= LAYER_ID0)
+        return mc_set_error(sim, MC_ERR_TRACE, "more than %u layers", (unsigned)LAYER_ID0);
+    if (sim->nlayers == sim->layers_cap) {
+        uint64_t cap = sim->layers_cap ? 2 * sim->layers_cap : 64;
         layer_span *p = realloc(sim->layers, cap * sizeof *p);
         if (!p) return mc_set_error(sim, MC_ERR_MEMORY, "out of memory for layer %u", id);
         sim->layers = p;
         sim->layers_cap = cap;
     }
-    for (uint64_t i = sim->nlayers; i <= id; i++) {
-        sim->layers[i].start = NEVER;
-        sim->layers[i].end = 0;
-        sim->layers[i].requests = 0;
-    }
-    sim->nlayers = (uint64_t)id + 1;
+    layer_span *ls = &sim->layers[sim->nlayers];
+    ls->id = id;
+    ls->start = NEVER;
+    ls->end = 0;
+    ls->requests = 0;
+    if (idmap_put(&sim->layer_map, id, sim->nlayers))
+        return mc_set_error(sim, MC_ERR_MEMORY, "out of memory for layer %u", id);
+    *out = (uint32_t)sim->nlayers++;
     return MC_OK;
 }
 
@@ -185,7 +195,7 @@ void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick done, tick t)
     sim->outstanding--;
     sim->outstanding_by[who]--;
     if (done > sim->last_done_by[who]) sim->last_done_by[who] = done;
-    /* events waiting for this request */
+    /* events waiting for this request (pending_events holds their indices) */
     for (uint64_t i = 0; i < sim->npending;) {
         event *e = &sim->events[sim->pending_events[i]];
         if (e->requestor == who && index < e->pos) {
@@ -209,30 +219,35 @@ void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick done, tick t)
     }
 }
 
-static event *get_event(mc_sim *sim, uint32_t id)
+/* event `id`, added on first use (ids may be sparse: an event costs the same whatever its
+ * id); its index in sim->events in *index; NULL: out of memory */
+static event *get_event(mc_sim *sim, uint32_t id, uint64_t *index)
 {
-    if (id >= sim->nevents) {
-        if (id >= sim->events_cap) {
-            uint64_t cap = sim->events_cap ? sim->events_cap : 256;
-            while (cap <= id) cap *= 2;
+    int64_t k = idmap_get(&sim->event_map, id);
+    if (k < 0) {
+        if (sim->nevents == sim->events_cap) {
+            uint64_t cap = sim->events_cap ? 2 * sim->events_cap : 256;
             event *p = realloc(sim->events, cap * sizeof *p);
             if (!p) return NULL;
             sim->events = p;
             sim->events_cap = cap;
         }
-        for (uint64_t i = sim->nevents; i <= id; i++) {
-            memset(&sim->events[i], 0, sizeof sim->events[i]);
-            sim->events[i].reached = sim->events[i].fired = NEVER;
-        }
-        sim->nevents = (uint64_t)id + 1;
+        event *e = &sim->events[sim->nevents];
+        memset(e, 0, sizeof *e);
+        e->id = id;
+        e->reached = e->fired = NEVER;
+        if (idmap_put(&sim->event_map, id, sim->nevents)) return NULL;
+        k = (int64_t)sim->nevents++;
     }
-    return &sim->events[id];
+    if (index) *index = (uint64_t)k;
+    return &sim->events[k];
 }
 
 /* SIGNAL: the event fires once every request the requestor offered before it completed */
 static int signal_event(mc_sim *sim, const mc_record *r, uint64_t pos, int who, tick t)
 {
-    event *e = get_event(sim, r->value);
+    uint64_t index;
+    event *e = get_event(sim, r->value, &index);
     if (!e) return mc_set_error(sim, MC_ERR_MEMORY, "out of memory for event %u", r->value);
     if (e->signaled)
         return mc_set_error(sim, MC_ERR_TRACE, "record %llu: event %u signaled twice",
@@ -255,7 +270,7 @@ static int signal_event(mc_sim *sim, const mc_record *r, uint64_t pos, int who, 
         sim->pending_events = p;
         sim->pending_cap = cap;
     }
-    sim->pending_events[sim->npending++] = r->value;
+    sim->pending_events[sim->npending++] = index;
     for (int c = 0; c < sim->nch; c++) /* queued writes it waits for must drain */
         sim->ch[c].next_event = MINT(sim->ch[c].next_event, t);
     return MC_OK;
@@ -264,13 +279,84 @@ static int signal_event(mc_sim *sim, const mc_record *r, uint64_t pos, int who, 
 void mc_event(const mc_sim *sim, uint32_t id, uint64_t *reached, uint64_t *fired)
 {
     *reached = *fired = UINT64_MAX;
-    if (id >= sim->nevents) return;
-    const event *e = &sim->events[id];
+    int64_t k = idmap_get(&sim->event_map, id);
+    if (k < 0) return;
+    const event *e = &sim->events[k];
     if (e->reached < NEVER) *reached = (uint64_t)e->reached;
     if (e->fired < NEVER) *fired = (uint64_t)e->fired;
 }
 
 uint64_t mc_event_count(const mc_sim *sim) { return sim->nevents; }
+
+uint64_t mc_event_ids(const mc_sim *sim, uint32_t *ids, uint64_t max)
+{
+    uint64_t n = sim->nevents < max ? sim->nevents : max;
+    for (uint64_t k = 0; k < n; k++) ids[k] = sim->events[k].id;
+    return n;
+}
+
+uint64_t mc_lowest_cursor(const mc_sim *sim)
+{
+    uint64_t lo = sim->cur[0].pos;
+    for (int k = 1; k < sim->cursors; k++) lo = MINT(lo, sim->cur[k].pos);
+    return lo;
+}
+
+/* Records the front end may take in now. The cursors may drift apart by at most `window`
+ * records, so what is held stays bounded whatever the mix of requestors (one that never
+ * issues, one that ends early): the leading cursor waits for the lagging one to move
+ * (back-pressure). Unless the lagging cursor waits for an event not signalled yet: only the
+ * leading cursor can reach its SIGNAL, so it reads on. */
+uint64_t mc_feed_room(const mc_sim *sim)
+{
+    uint64_t held = sim->hi - mc_lowest_cursor(sim);
+    if (held < sim->window) return sim->window - held;
+    for (int k = 0; k < sim->cursors; k++) {
+        const cursor *cu = &sim->cur[k];
+        if (cu->waiting && cu->pos < sim->hi) {
+            int64_t e = idmap_get(&sim->event_map, sim->ring[cu->pos & sim->ring_mask].value);
+            if (e < 0 || !sim->events[e].signaled) return sim->window;
+        }
+    }
+    return 0;
+}
+
+/* append n records to those held (the ring grows to what is held, in powers of two) */
+int mc_ring_push(mc_sim *sim, const mc_record *recs, uint64_t n)
+{
+    uint64_t lo = mc_lowest_cursor(sim);
+    uint64_t need = sim->hi - lo + n;
+    uint64_t cap = sim->ring ? sim->ring_mask + 1 : 0;
+    if (need > cap) {
+        uint64_t nc = cap ? cap : 1024;
+        while (nc < need) nc *= 2;
+        mc_record *p = malloc(nc * sizeof *p);
+        if (!p)
+            return mc_set_error(sim, MC_ERR_MEMORY, "out of memory holding %llu trace records",
+                                (unsigned long long)need);
+        for (uint64_t i = lo; i < sim->hi; i++) p[i & (nc - 1)] = sim->ring[i & sim->ring_mask];
+        free(sim->ring);
+        sim->ring = p;
+        sim->ring_mask = nc - 1;
+        cap = nc;
+    }
+    uint64_t at = sim->hi & sim->ring_mask;
+    uint64_t first = MINT(n, cap - at);
+    if (first) memcpy(&sim->ring[at], recs, first * sizeof *recs);
+    if (n > first) memcpy(sim->ring, recs + first, (n - first) * sizeof *recs);
+    sim->hi += n;
+    if (need > sim->held_peak) sim->held_peak = need;
+    return MC_OK;
+}
+
+void mc_held(const mc_sim *sim, uint64_t *held, uint64_t *peak, uint64_t *capacity)
+{
+    *held = sim->hi - mc_lowest_cursor(sim);
+    *peak = sim->held_peak;
+    *capacity = sim->ring ? sim->ring_mask + 1 : 0;
+}
+
+void mc_set_window(mc_sim *sim, uint64_t records) { sim->window = records ? records : MC_DEFAULT_WINDOW; }
 
 /* A barrier is passed by every cursor together, once all have reached it and all work
  * before it has completed. */
@@ -301,7 +387,7 @@ static int pass_barrier(mc_sim *sim, cursor *cu, tick t)
     return 1;
 }
 
-static int step_cursor(mc_sim *sim, int k, const mc_record *recs, uint64_t n, tick t)
+static int step_cursor(mc_sim *sim, int k, tick t)
 {
     const mc_config *cf = &sim->cfg;
     cursor *cu = &sim->cur[k];
@@ -309,13 +395,12 @@ static int step_cursor(mc_sim *sim, int k, const mc_record *recs, uint64_t n, ti
         cu->cycle = t;
         cu->offers = 0;
     }
-    while (cu->pos < sim->base + n) {
-        const mc_record *r = &recs[cu->pos - sim->base];
+    while (cu->pos < sim->hi) {
+        const mc_record *r = &sim->ring[cu->pos & sim->ring_mask];
         switch (r->op) {
         case MC_LAYER: {
-            int rc = ensure_layer(sim, r->value);
+            int rc = layer_index(sim, r->value, &cu->layer);
             if (rc) return rc;
-            cu->layer = r->value;
             break;
         }
         case MC_PARAM:
@@ -346,7 +431,7 @@ static int step_cursor(mc_sim *sim, int k, const mc_record *recs, uint64_t n, ti
                 int rc = signal_event(sim, r, cu->pos, r->requestor, t);
                 if (rc) return rc;
             } else {
-                event *e = get_event(sim, r->value);
+                event *e = get_event(sim, r->value, NULL);
                 if (!e) return mc_set_error(sim, MC_ERR_MEMORY, "out of memory for events");
                 if (e->fired >= NEVER || t < e->fired) {
                     cu->next = e->fired < NEVER ? e->fired : NEVER; /* woken when it fires */
@@ -402,15 +487,15 @@ static int step_cursor(mc_sim *sim, int k, const mc_record *recs, uint64_t n, ti
         }
         cu->pos++;
     }
-    cu->next = sim->fe_done ? NEVER : t; /* at the end of the records it has */
+    cu->next = sim->fe_end ? NEVER : t; /* at the end of the records it has */
     return MC_OK;
 }
 
-int mc_frontend_step(mc_sim *sim, const mc_record *recs, uint64_t n, tick t)
+int mc_frontend_step(mc_sim *sim, tick t)
 {
     for (int k = 0; k < sim->cursors; k++) {
         if (sim->cur[k].next > t) continue;
-        int rc = step_cursor(sim, k, recs, n, t);
+        int rc = step_cursor(sim, k, t);
         if (rc) return rc;
     }
     return MC_OK;

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "idmap.h"
 #include "memctl.h"
 
 typedef int64_t tick;
@@ -128,9 +129,13 @@ typedef struct channel {
     req_stats rs[MC_NUM_REQ];
 } channel;
 
+/* cursor.layer before the cursor met a LAYER record: the layer of id 0, if the trace has one
+ * by the time the request completes (stats.c) */
+#define LAYER_ID0 UINT32_MAX
+
 typedef struct cursor {
     uint64_t pos;              /* absolute index of the next record to look at */
-    uint32_t layer;
+    uint32_t layer;            /* index into mc_sim.layers, or LAYER_ID0 */
     tick next;                 /* earliest cycle this cursor can act */
     tick cycle;                /* cycle of the last offers */
     uint64_t offers;           /* requests offered in that cycle */
@@ -141,6 +146,7 @@ typedef struct cursor {
 } cursor;
 
 typedef struct event {
+    uint32_t id;
     uint64_t pos;              /* record index of its SIGNAL */
     tick reached, fired;       /* NEVER until they happen */
     tick max_done;             /* latest completion of the requests it waits for */
@@ -149,6 +155,7 @@ typedef struct event {
 } event;
 
 typedef struct layer_span {
+    uint32_t id;
     tick start, end;
     uint64_t requests;
 } layer_span;
@@ -189,7 +196,13 @@ struct mc_sim {
     /* front end: one cursor per requestor walks the trace (serial: one cursor for both) */
     int cursors;               /* 1 or 2 */
     cursor cur[MC_NUM_REQ];
-    uint64_t base;             /* absolute index of recs[0] in the current mc_feed */
+    /* the records the cursors have not all passed: absolute indices [lowest cursor, hi) live
+     * in ring[index & ring_mask]. The leading cursor reads at most `window` records ahead of
+     * the lagging one (back-pressure), unless the lagging one waits for an event nothing
+     * before the leading one signalled */
+    mc_record *ring;
+    uint64_t ring_mask, hi, window, held_peak;
+    uint64_t base;             /* the lowest cursor's position after the last mc_feed */
     uint64_t param_upto;       /* PARAM records before this index have been applied */
     uint64_t requests;
     /* the decoded fields of the last request the controller refused (a full queue): its cursor
@@ -197,15 +210,18 @@ struct mc_sim {
     uint64_t refused_index, refused_addr;
     int refused_who, refused_ch, refused_bank;
     int32_t refused_row, refused_col;
-    int fe_done;               /* no records after the current ones (last chunk) */
+    int fe_end;                /* every record has been handed in (mc_feed with last) */
+    int fe_done;               /* the host's stream has ended: fe_end and the host's cursor (serial:
+                                * the cursor) past every record; its last writes drain (scheduler.c) */
     int fe_barrier;            /* some cursor waits at a barrier */
     int fe_last_req;           /* requestor of the last offered request (serial policy) */
     uint64_t outstanding;      /* accepted, not yet completed */
     uint64_t outstanding_by[MC_NUM_REQ];
     tick last_done_by[MC_NUM_REQ];
-    event *events;
+    event *events;             /* in order of first use; event_map: id -> index */
     uint64_t nevents, events_cap;
-    uint64_t *pending_events;  /* ids of signaled events not yet fired */
+    idmap event_map;
+    uint64_t *pending_events;  /* indices of signaled events not yet fired */
     uint64_t npending, pending_cap;
     tick last_done;            /* latest completion so far */
     tick last_read_done, last_write_accept;
@@ -221,8 +237,9 @@ struct mc_sim {
     uint64_t mode_len, mode_cap;
     uint64_t *comp_index, *comp_cycle, *comp_issue;
     uint64_t comp_len, comp_cap;
-    layer_span *layers;
+    layer_span *layers;        /* in order of first use; layer_map: id -> index */
     uint64_t nlayers, layers_cap;
+    idmap layer_map;
 };
 
 typedef struct mc_policy {
@@ -316,7 +333,11 @@ static inline void mc_account(mc_sim *sim, channel *c, tick t)
 }
 
 /* frontend.c */
-int mc_frontend_step(mc_sim *sim, const mc_record *recs, uint64_t n, tick t);
+int mc_frontend_step(mc_sim *sim, tick t);
+uint64_t mc_lowest_cursor(const mc_sim *sim);
+uint64_t mc_feed_room(const mc_sim *sim);
+int mc_ring_push(mc_sim *sim, const mc_record *recs, uint64_t n);
+int64_t mc_layer_index(const mc_sim *sim, uint32_t layer);
 void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick done, tick t);
 
 #endif

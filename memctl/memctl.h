@@ -18,6 +18,7 @@
 #define MC_MAX_CHANNELS 64
 #define MC_MAX_BANKS 64    /* banks per channel (ranks x bank groups x banks) */
 #define MC_NUM_REQ 2       /* requestors: 0 host, 1 pim */
+#define MC_DEFAULT_WINDOW 1048576 /* records one cursor may read ahead of the other (mc_set_window) */
 
 /* record ops (pimrt.trace.records) */
 enum {
@@ -128,6 +129,13 @@ const char *mc_error(const mc_sim *sim);
  * it, then call again likewise), or an error. recs[0] must be the first record not yet
  * consumed. With last set, MC_OK means every record has been offered. */
 int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed);
+/* The controller copies the records it takes (*consumed) and holds those some cursor has not
+ * passed yet. One cursor reads at most `records` (0: MC_DEFAULT_WINDOW) ahead of the other;
+ * then it waits for the other to move on (unless the other waits for an event that is not
+ * signalled before the leading cursor), so what is held stays bounded whatever the trace. */
+void mc_set_window(mc_sim *sim, uint64_t records);
+/* records held now, the most held so far, and the capacity of the buffer holding them */
+void mc_held(const mc_sim *sim, uint64_t *held, uint64_t *peak, uint64_t *capacity);
 /* Run until every request has completed (after the last mc_feed). MC_PAUSED as above. */
 int mc_finish(mc_sim *sim);
 
@@ -150,12 +158,30 @@ uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint
                              uint64_t max);
 /* decode one address into fields (channel counts pseudo-channels): for tests */
 void mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields);
-/* per-layer cycle spans: first and last cycle a request of the layer was served */
 /* event `id`: cycle its SIGNAL was reached and cycle it fired (both UINT64_MAX if not) */
 void mc_event(const mc_sim *sim, uint32_t id, uint64_t *reached, uint64_t *fired);
+/* events and layers are kept for the ids a trace uses (sparse ids cost what they use): how
+ * many, and their ids in order of first use */
 uint64_t mc_event_count(const mc_sim *sim);
+uint64_t mc_event_ids(const mc_sim *sim, uint32_t *ids, uint64_t max);
 uint64_t mc_layer_count(const mc_sim *sim);
+uint64_t mc_layer_ids(const mc_sim *sim, uint32_t *ids, uint64_t max);
+/* layer `layer` (its id): first arrival and last completion of its requests, and how many */
 void mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
                    uint64_t *requests);
+
+
+/* pimrt.trace's fast reader of simple text formats (tracetext.c, not part of the model): the
+ * whole lines of text[0..len) into out as host requests ('#' comments and blank lines
+ * skipped), until out holds max records. Returns 0 with *count records read from
+ * text[0..*used), which holds *lines newlines, and *last_line the 0-based line of the last
+ * record (UINT64_MAX: none); or -1 at the first thing it does not take as plainly valid (then
+ * the caller's per-line parser reads the text and names the error): a malformed line, a
+ * number that does not fit 64 bits, an arrival cycle below last_cycle or the one before
+ * (dramsim3), an address at or beyond capacity (0: no limit). */
+enum { MC_TEXT_DRAMSIM3 = 1, MC_TEXT_RAMULATOR = 2, MC_TEXT_RAMULATOR_DRAM = 3 };
+int mc_text_parse(int format, const char *text, uint64_t len, uint64_t capacity,
+                  uint64_t last_cycle, mc_record *out, uint64_t max, uint64_t *count,
+                  uint64_t *used, uint64_t *lines, uint64_t *last_line);
 
 #endif

@@ -110,7 +110,11 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
     sim->min_epoch = k->min_epoch;
     sim->fe_last_req = -1;
     sim->cursors = sim->policy->barrier_on_switch ? 1 : MC_NUM_REQ;
-    for (int k = 0; k < MC_NUM_REQ; k++) sim->cur[k].cycle = -1;
+    sim->window = MC_DEFAULT_WINDOW;
+    for (int k = 0; k < MC_NUM_REQ; k++) {
+        sim->cur[k].cycle = -1;
+        sim->cur[k].layer = LAYER_ID0;
+    }
     sim->ch = calloc((size_t)sim->nch, sizeof *sim->ch);
     if (sim->cfg.bank_queue_depth <= 0) sim->cfg.bank_queue_depth = k->queue_depth;
     /* host: read queue + write buffer + the banks' command queues; PIM: its two queues */
@@ -178,20 +182,23 @@ void mc_free(mc_sim *sim)
     free(sim->layers);
     free(sim->events);
     free(sim->pending_events);
+    free(sim->ring);
+    idmap_free(&sim->event_map);
+    idmap_free(&sim->layer_map);
     free(sim);
 }
 
-static int starved(const mc_sim *sim, uint64_t n)
+static int starved(const mc_sim *sim)
 {
     for (int k = 0; k < sim->cursors; k++)
-        if (sim->cur[k].pos >= sim->base + n) return 1;
+        if (sim->cur[k].pos >= sim->hi) return 1;
     return 0;
 }
 
-static int all_offered(const mc_sim *sim, uint64_t n)
+static int all_offered(const mc_sim *sim)
 {
     for (int k = 0; k < sim->cursors; k++)
-        if (sim->cur[k].pos < sim->base + n) return 0;
+        if (sim->cur[k].pos < sim->hi) return 0;
     return 1;
 }
 
@@ -203,30 +210,49 @@ static int cursor_due(const mc_sim *sim, tick t)
 }
 
 /* the earliest cycle a cursor that has records left can act */
-static tick frontend_next(const mc_sim *sim, uint64_t n)
+static tick frontend_next(const mc_sim *sim)
 {
     tick next = NEVER;
     for (int k = 0; k < sim->cursors; k++)
-        if (sim->cur[k].pos < sim->base + n) next = MINT(next, sim->cur[k].next);
+        if (sim->cur[k].pos < sim->hi) next = MINT(next, sim->cur[k].next);
     return next;
 }
 
-/* Advance until a cursor needs more records (recs != NULL) or all work is done (NULL). */
-static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
+/* The host's stream has ended (every record handed in, the host's cursor past them all): a
+ * channel asleep with a few writes below the low watermark must wake, since they drain once
+ * nothing else may come (scheduler.c, update_drain). Without refresh nothing else would wake
+ * it. Defined by the trace, not by when the caller hands the last records in, so the cycles
+ * do not depend on the chunks or on the window. */
+static void no_more_records(mc_sim *sim)
+{
+    sim->fe_done = 1;
+    for (int ci = 0; ci < sim->nch; ci++) sim->ch[ci].next_event = MINT(sim->ch[ci].next_event, sim->now);
+}
+
+static void check_end(mc_sim *sim)
+{
+    if (sim->fe_end && !sim->fe_done && sim->cur[0].pos >= sim->hi) no_more_records(sim);
+}
+
+/* Advance until a cursor needs more records and may take them (mc_feed_room; recs set) or
+ * all work is done (recs 0). */
+static int run(mc_sim *sim, int recs)
 {
     int moved = 1; /* a cursor may have moved: whether they all ran out can have changed */
     for (;;) {
         tick t = sim->now;
         if (recs) {
             if (cursor_due(sim, t)) { /* (only the front end moves cursors) */
-                int rc = mc_frontend_step(sim, recs, n, t);
+                int rc = mc_frontend_step(sim, t);
                 if (rc) return rc;
                 moved = 1;
+                check_end(sim);
             }
-            if (moved && (sim->fe_done ? all_offered(sim, n) : starved(sim, n))) return MC_OK;
+            if (moved && (sim->fe_end ? all_offered(sim) : starved(sim) && mc_feed_room(sim)))
+                return MC_OK;
             moved = 0;
         }
-        tick next = recs ? frontend_next(sim, n) : NEVER;
+        tick next = recs ? frontend_next(sim) : NEVER;
         if (recs && next >= NEVER && sim->outstanding == 0 && !sim->npending) {
             /* every cursor waits and no work is left that could wake one */
             for (int k = 0; k < sim->cursors; k++)
@@ -234,7 +260,7 @@ static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
                     return mc_set_error(sim, MC_ERR_TRACE,
                                         "record %llu: WAIT for event %u, which nothing signals "
                                         "before it", (unsigned long long)sim->cur[k].pos,
-                                        recs[sim->cur[k].pos - sim->base].value);
+                                        sim->ring[sim->cur[k].pos & sim->ring_mask].value);
         }
         for (int ci = 0; ci < sim->nch; ci++) {
             channel *c = &sim->ch[ci];
@@ -263,36 +289,34 @@ static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
     }
 }
 
-/* The last records have come (mc_feed with last, or mc_finish): a channel asleep with a few
- * writes below the low watermark must wake, since they drain once nothing else may come
- * (scheduler.c, update_drain). Without refresh nothing else would wake it. */
-static void no_more_records(mc_sim *sim)
-{
-    sim->fe_done = 1;
-    for (int ci = 0; ci < sim->nch; ci++) sim->ch[ci].next_event = MINT(sim->ch[ci].next_event, sim->now);
-}
 
 int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed)
 {
     *consumed = 0;
     if (sim->err[0]) return MC_ERR_STATE;
-    if (last && !sim->fe_done) no_more_records(sim);
-    else sim->fe_done = last != 0;
-    for (int k = 0; k < sim->cursors; k++) /* new records: wake cursors that ran out */
-        if (sim->cur[k].next < sim->now) sim->cur[k].next = sim->now;
-    int rc = run(sim, recs, n);
-    uint64_t lo = sim->cur[0].pos;
-    for (int k = 1; k < sim->cursors; k++) lo = MINT(lo, sim->cur[k].pos);
-    *consumed = lo - sim->base;
-    sim->base = lo;
-    return rc;
+    for (;;) {
+        uint64_t take = MINT(n - *consumed, mc_feed_room(sim));
+        if (take) {
+            int rc = mc_ring_push(sim, recs + *consumed, take);
+            if (rc) return rc;
+            *consumed += take;
+        }
+        sim->fe_end = *consumed == n && last;
+        check_end(sim);
+        for (int k = 0; k < sim->cursors; k++) /* new records: wake cursors that ran out */
+            if (sim->cur[k].next < sim->now) sim->cur[k].next = sim->now;
+        int rc = run(sim, 1);
+        sim->base = mc_lowest_cursor(sim);
+        if (rc != MC_OK || *consumed == n) return rc;
+    }
 }
 
 int mc_finish(mc_sim *sim)
 {
     if (sim->err[0]) return MC_ERR_STATE;
+    sim->fe_end = 1;
     if (!sim->fe_done) no_more_records(sim);
-    int rc = run(sim, NULL, 0);
+    int rc = run(sim, 0);
     if (rc == MC_OK) { /* close the cycle accounting at the end of the run */
         tick end = MAXT(sim->last_done, sim->now);
         for (int ci = 0; ci < sim->nch; ci++) mc_account_close(sim, &sim->ch[ci], end);

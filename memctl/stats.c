@@ -53,8 +53,13 @@ void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick is
     else if (r->cls == CLS_MISS) st->s.row_misses++;
     else st->s.row_conflicts++;
     if (done > sim->last_done) sim->last_done = done;
-    if (r->layer < sim->nlayers) {
-        layer_span *ls = &sim->layers[r->layer];
+    uint32_t li = r->layer;
+    if (li == LAYER_ID0 && sim->nlayers) { /* before any LAYER record: layer 0, if any */
+        int64_t k = mc_layer_index(sim, 0);
+        if (k >= 0) li = (uint32_t)k;
+    }
+    if (li < sim->nlayers) {
+        layer_span *ls = &sim->layers[li];
         if (r->arrival < ls->start) ls->start = r->arrival;
         if (done > ls->end) ls->end = done;
         ls->requests++;
@@ -188,14 +193,22 @@ uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint
 
 uint64_t mc_layer_count(const mc_sim *sim) { return sim->nlayers; }
 
+uint64_t mc_layer_ids(const mc_sim *sim, uint32_t *ids, uint64_t max)
+{
+    uint64_t n = sim->nlayers < max ? sim->nlayers : max;
+    for (uint64_t k = 0; k < n; k++) ids[k] = sim->layers[k].id;
+    return n;
+}
+
 void mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
                    uint64_t *requests)
 {
-    if (layer >= sim->nlayers) {
+    int64_t k = layer <= UINT32_MAX ? mc_layer_index(sim, (uint32_t)layer) : -1;
+    if (k < 0) {
         *start = *end = *requests = 0;
         return;
     }
-    const layer_span *ls = &sim->layers[layer];
+    const layer_span *ls = &sim->layers[k];
     *start = ls->requests ? (uint64_t)ls->start : 0;
     *end = (uint64_t)ls->end;
     *requests = ls->requests;

@@ -354,3 +354,122 @@ def test_host_queue_depth_lets_the_host_run_ahead_of_a_pim_epoch():
     host = {d: s["requestors"]["host"] for d, s in out.items()}
     assert host[256]["mean_latency"] > 2 * host[32]["mean_latency"]
     assert out[256]["cycles"] <= out[32]["cycles"]
+
+
+# ---- bounded memory: the records held, sparse marker ids (issue 24) ----------------------
+
+def _host_reads(n, start=0):
+    rec = np.zeros(n, RECORD_DTYPE)
+    rec["addr"] = (np.arange(start, start + n, dtype=np.uint64) * np.uint64(2654435761)
+                   % np.uint64(1 << 22)) * np.uint64(64)
+    rec["op"][::5] = WRITE
+    return rec
+
+
+def _run_held(part, rec, policy, window, chunk=4096):
+    ctl = Controller(part, Options(policy=policy, window=window))
+    peak = 0
+    for lo in range(0, len(rec), chunk):
+        ctl.feed(rec[lo:lo + chunk])
+        peak = max(peak, ctl.held()["records"])
+    ctl.finish()
+    return ctl, peak
+
+
+def _mixes(part):
+    """Traces of about 200k records whose requestors drift apart: the PIM silent, the PIM
+    ending early, stream markers on the host's side only."""
+    n = 200_000
+    silent = _host_reads(n)
+    pim = np.zeros(500, RECORD_DTYPE)
+    pim["requestor"] = PIM
+    pim["addr"] = np.uint64(part.capacity_bytes // 2) + np.arange(500, dtype=np.uint64) * 64
+    early = np.concatenate([pim, _host_reads(n)])
+    parts = []
+    for i in range(0, n, 10_000):
+        parts += [_stream_marker(DELAY, HOST, 300), _host_reads(10_000, i),
+                  _stream_marker(SIGNAL, HOST, i), _stream_marker(WAIT, HOST, i)]
+    markers = np.concatenate(parts)
+    return {"silent": silent, "ends early": early, "host markers": markers}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_what_is_held_stays_bounded_whatever_the_mix_of_requestors(policy):
+    """Many chunks of a 200k-record trace with one requestor silent (or ending early, or
+    markers on one side only): the controller holds at most `window` records beyond the
+    lagging cursor (the leading one waits for it) in a buffer of the next power of two. With
+    a window of 20,000 the cycles equal a run whose window never binds; with one of 1,000 the
+    PIM's early requests hold the host back (back-pressure), but every request completes."""
+    part = load_part("hbm2_pim")
+    for name, rec in _mixes(part).items():
+        big, _ = _run_held(part, rec, policy, window=None)
+        for window, cap in ((20_000, 32_768), (1000, 1024)):
+            small, peak = _run_held(part, rec, policy, window=window)
+            held = small.held()
+            assert peak <= window and held["peak"] <= window, (name, window, peak, held)
+            assert held["capacity"] <= cap, (name, held)
+            assert small.stats()["requests"] == np.count_nonzero(rec["op"] <= WRITE)
+            if window == 20_000 or name != "ends early":
+                assert small.stats()["cycles"] == big.stats()["cycles"], (name, window)
+                assert np.array_equal(small.events(), big.events()), name
+        if policy != "serial":                         # two cursors: without back-pressure
+            assert big.held()["peak"] > 150_000, name  # it would hold nearly everything
+
+
+def test_a_wait_for_a_signal_beyond_the_window_reads_on():
+    """The host waits for an event the PIM signals after 20,000 host records: only the PIM's
+    cursor can reach the SIGNAL, so it reads past the window instead of waiting for the host
+    (which would never move); the run equals one with a window that never binds."""
+    part = load_part("hbm2_pim")
+    pim = np.zeros(100, RECORD_DTYPE)
+    pim["requestor"] = PIM
+    pim["addr"] = np.uint64(part.capacity_bytes // 2) + np.arange(100, dtype=np.uint64) * 64
+    rec = np.concatenate([_stream_marker(WAIT, HOST, 7), _host_reads(20_000), pim,
+                          _stream_marker(SIGNAL, PIM, 7), _host_reads(1000)])
+    small, _ = _run_held(part, rec, "authority", window=1000, chunk=3000)
+    big, _ = _run_held(part, rec, "authority", window=None, chunk=3000)
+    assert small.held()["peak"] > 1000
+    assert small.stats()["cycles"] == big.stats()["cycles"]
+    ev = small.event_table()
+    assert ev[7] == tuple(big.events()[7]) and ev[7][1] > 0
+
+
+def test_sparse_marker_ids_cost_what_they_use():
+    """Event and layer ids of 10^8: one entry each, not 10^8 (the controller keeps ids in a
+    map); the spans and events come back under their ids."""
+    part = load_part("hbm2_pim")
+    big = 100_000_000
+    layer = np.zeros(1, RECORD_DTYPE)
+    layer["op"], layer["value"] = LAYER, big
+    rec = np.concatenate([layer, _host_reads(100), _stream_marker(SIGNAL, HOST, big),
+                          _stream_marker(WAIT, PIM, big), _stream_marker(SIGNAL, PIM, 3)])
+    ctl = Controller(part, Options(policy="authority"))
+    ctl.feed(rec)
+    ctl.finish()
+    held = ctl.held()
+    assert held["events"] == 2 and held["layers"] == 1
+    table = ctl.event_table()
+    assert sorted(table) == [3, big]
+    reached, fired = table[big]
+    assert 0 <= reached <= fired <= table[3][1]
+    stats = ctl.stats()
+    assert [(x["layer"], x["requests"]) for x in stats["layers"]] == [(big, 100)]
+    assert stats["layers"][0]["end"] == fired
+
+
+def test_memsim_signal_id_of_a_hundred_million(tmp_path):
+    """`@signal host 100000000` in a three-line trace: a small process (the events were kept
+    densely up to their id: 4.7 GB)."""
+    import os
+    import sys
+    trace = tmp_path / "sparse.trace"
+    trace.write_text("0 host R 0x0\n@signal host 100000000\n0 host W 0x40\n")
+    proc = subprocess.Popen([sys.executable, "-m", "pimrt", "memsim", str(trace), "--quiet",
+                             "--config", "hbm2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    stdout, stderr = proc.stdout.read(), proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)          # this child's own peak memory
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, stderr
+    assert "2 requests" in stdout
+    assert usage.ru_maxrss < 1_000_000                 # KiB: < 1 GB

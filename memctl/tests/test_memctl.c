@@ -140,7 +140,8 @@ static void run_policy(const char *policy, int with_pim)
     mc_get_summary(sim, &s);
     CHECK(s.commands == logged, "%s: %llu commands, %llu logged", policy,
           (unsigned long long)s.commands, (unsigned long long)logged);
-    CHECK(s.layers == 10, "%s: %llu layers", policy, (unsigned long long)s.layers);
+    /* layer ids 1..9: record 0 is a barrier; an id is kept only once the trace uses it */
+    CHECK(s.layers == 9, "%s: %llu layers", policy, (unsigned long long)s.layers);
     if (with_pim && strcmp(policy, "bank_partition") != 0)
         CHECK(s.mode_switches > 0, "%s: no mode switch", policy);
     free(seen);
@@ -273,6 +274,162 @@ static void drained_writes_do_not_clog_a_bank(void)
     mc_free(sim);
 }
 
+/* A long trace in many chunks with the PIM silent (authority: two cursors): the silent cursor
+ * reads ahead to the end of what it is given, and what the controller holds must stay within
+ * the window (back-pressure), the ring wrapping many times; sparse event ids (10^8) cost one
+ * entry each. Every request still completes once, in the same cycles as with a window that
+ * never binds. */
+static uint64_t silent_run(uint64_t window, uint64_t *peak, uint64_t *cap, int *ok)
+{
+    mc_config k = hbm2("authority");
+    k.keep_completions = 0;
+    char err[256];
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    *ok = sim != NULL;
+    if (!sim) return 0;
+    if (window) mc_set_window(sim, window);
+    enum { CHUNK = 997, CHUNKS = 60 };
+    mc_record *r = calloc(CHUNK, sizeof *r);
+    uint64_t base = 0;
+    int rc = MC_OK;
+    for (int c = 0; c < CHUNKS && rc == MC_OK; c++) {
+        for (int i = 0; i < CHUNK; i++) {
+            uint64_t j = base + (uint64_t)i;
+            memset(&r[i], 0, sizeof r[i]);
+            r[i].op = j % 5 == 0 ? MC_WRITE : MC_READ;
+            r[i].addr = (j * 2654435761u % (1u << 22)) * 64;
+            if (j % 4001 == 17) { r[i].op = MC_SIGNAL; r[i].value = 100000000u + (uint32_t)j; }
+            if (j % 3001 == 5) { r[i].op = MC_DELAY; r[i].value = 50; }
+        }
+        uint64_t done = 0, consumed = 0;
+        do {
+            rc = mc_feed(sim, r + done, CHUNK - done, c == CHUNKS - 1, &consumed);
+            done += consumed;
+        } while (rc == MC_PAUSED);
+        base += CHUNK;
+    }
+    if (rc == MC_OK)
+        do rc = mc_finish(sim); while (rc == MC_PAUSED);
+    *ok = rc == MC_OK;
+    uint64_t held;
+    mc_held(sim, &held, peak, cap);
+    mc_summary s;
+    mc_get_summary(sim, &s);
+    CHECK(mc_event_count(sim) == (CHUNKS * CHUNK + 4000 - 17) / 4001,
+          "silent: %llu events", (unsigned long long)mc_event_count(sim));
+    uint64_t reached, fired;
+    mc_event(sim, 100000017u, &reached, &fired);
+    CHECK(reached != UINT64_MAX && fired != UINT64_MAX && fired >= reached,
+          "silent: event 10^8 + 17 reached %llu fired %llu", (unsigned long long)reached,
+          (unsigned long long)fired);
+    free(r);
+    mc_free(sim);
+    return s.cycles;
+}
+
+static void silent_requestor_is_bounded(void)
+{
+    uint64_t peak, cap, peak_big, cap_big;
+    int ok, ok_big;
+    uint64_t cycles = silent_run(500, &peak, &cap, &ok);
+    uint64_t cycles_big = silent_run(0, &peak_big, &cap_big, &ok_big);
+    CHECK(ok && ok_big, "silent: runs failed");
+    CHECK(peak <= 500 && cap <= 1024, "silent: held %llu records in a buffer of %llu (window 500)",
+          (unsigned long long)peak, (unsigned long long)cap);
+    CHECK(cycles == cycles_big, "silent: %llu cycles with a window of 500, %llu with the default",
+          (unsigned long long)cycles, (unsigned long long)cycles_big);
+}
+
+/* The host waits for an event the PIM signals 3,000 host records later, with a window of 100
+ * records fed in chunks of 37: the PIM's cursor must read past the window (the ring grows,
+ * copying its wrapped contents), and the run ends as with a window that never binds. */
+static uint64_t wait_beyond(uint64_t window, uint64_t *peak)
+{
+    mc_config k = hbm2("authority");
+    k.keep_completions = 0;
+    char err[256];
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    if (!sim) return 0;
+    mc_set_window(sim, window);
+    enum { N = 3200 };
+    mc_record *r = calloc(N, sizeof *r);
+    r[0].op = MC_WAIT; r[0].requestor = MC_HOST; r[0].value = 7;
+    for (int i = 1; i < 3001; i++) { r[i].op = MC_READ; r[i].addr = (uint64_t)i * 4096; }
+    for (int i = 3001; i < 3101; i++) {
+        r[i].op = MC_READ; r[i].requestor = MC_PIM; r[i].addr = (uint64_t)(i - 3001) * 64;
+    }
+    r[3101].op = MC_SIGNAL; r[3101].requestor = MC_PIM; r[3101].value = 7;
+    for (int i = 3102; i < N; i++) { r[i].op = MC_WRITE; r[i].addr = (uint64_t)i * 64; }
+    uint64_t done = 0, consumed;
+    int rc = MC_OK;
+    while (rc == MC_OK && done < N) {
+        uint64_t m = N - done < 37 ? N - done : 37;
+        rc = mc_feed(sim, r + done, m, done + m == N, &consumed);
+        done += consumed;
+    }
+    if (rc == MC_OK) rc = mc_finish(sim);
+    CHECK(rc == MC_OK, "wait beyond the window: rc %d: %s", rc, mc_error(sim));
+    uint64_t held, cap, fired, reached;
+    mc_held(sim, &held, peak, &cap);
+    mc_event(sim, 7, &reached, &fired);
+    mc_summary s;
+    mc_get_summary(sim, &s);
+    CHECK(s.requests == 3000 + 100 + (N - 3102) && fired != UINT64_MAX, "wait beyond the window: %llu requests",
+          (unsigned long long)s.requests);
+    free(r);
+    mc_free(sim);
+    return s.cycles;
+}
+
+static void wait_reads_past_the_window(void)
+{
+    uint64_t peak_small, peak_big;
+    uint64_t small = wait_beyond(100, &peak_small), big = wait_beyond(1u << 20, &peak_big);
+    CHECK(small == big && small > 0, "wait beyond the window: %llu cycles, %llu unbounded",
+          (unsigned long long)small, (unsigned long long)big);
+    CHECK(peak_small > 3000, "wait beyond the window: held at most %llu records",
+          (unsigned long long)peak_small);
+}
+
+/* the fast text reader: plainly valid lines, and -1 (the caller's per-line parser decides) at
+ * anything else */
+static void text_reader(void)
+{
+    mc_record out[8];
+    uint64_t n, last, used, lines;
+    const char *ok = "# header\n0x40 READ 0\n\n1f40 write 3 # c\r\n0X80\tP_MEM_RD  3\r\n";
+    int rc = mc_text_parse(MC_TEXT_DRAMSIM3, ok, strlen(ok), 0, 0, out, 8, &n, &used, &lines, &last);
+    CHECK(rc == 0 && n == 3 && last == 4 && used == strlen(ok) && lines == 5,
+          "text: rc %d, %llu records, last line %llu", rc, (unsigned long long)n,
+          (unsigned long long)last);
+    CHECK(n == 3 && out[0].addr == 0x40 && out[0].op == MC_READ && out[1].addr == 0x1f40 &&
+          out[1].op == MC_WRITE && out[1].cycle == 3 && out[2].addr == 0x80 && out[2].cycle == 3,
+          "text: wrong records");
+    const char *ram = "LD 0x40\nst 64\n";
+    rc = mc_text_parse(MC_TEXT_RAMULATOR, ram, strlen(ram), 0, 0, out, 8, &n, &used, &lines, &last);
+    CHECK(rc == 0 && n == 2 && out[1].addr == 64 && out[1].op == MC_WRITE, "text: ramulator");
+    const char *dram = "0x40 R\n80 w\n100\n";
+    rc = mc_text_parse(MC_TEXT_RAMULATOR_DRAM, dram, strlen(dram), 0, 0, out, 8, &n, &used, &lines, &last);
+    CHECK(rc == 0 && n == 3 && out[1].addr == 0x80 && out[1].op == MC_WRITE &&
+          out[2].addr == 0x100 && out[2].op == MC_READ, "text: ramulator_dram");
+    const char *bad[] = {
+        "0x40 LOAD 0\n", "0x40 READ\n", "0x40 READ 0 1\n", "0xZZ READ 0\n",
+        "0x10000000000000000 READ 0\n", "0x40 READ 18446744073709551616\n",
+        "0x40 READ 5\n0x80 READ 4\n", "0x40 READ -1\n", "0x40 READ 1.5\n", "0x\xc3\xa9 READ 0\n",
+        "0x200 READ 0\n", /* beyond a capacity of 0x200 */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rc = mc_text_parse(MC_TEXT_DRAMSIM3, bad[i], strlen(bad[i]), 0x200, 0, out, 8, &n, &used, &lines, &last);
+        CHECK(rc == -1, "text: bad line %zu taken", i);
+    }
+    rc = mc_text_parse(MC_TEXT_DRAMSIM3, "0x40 READ 3\n", 12, 0, 4, out, 8, &n, &used, &lines, &last);
+    CHECK(rc == -1, "text: a cycle below the previous block's was taken");
+    rc = mc_text_parse(MC_TEXT_DRAMSIM3, ok, strlen(ok), 0, 0, out, 2, &n, &used, &lines, &last);
+    CHECK(rc == 0 && n == 2 && lines == 4 && used == strlen("# header\n0x40 READ 0\n\n1f40 write 3 # c\r\n"),
+          "text: a full out stops before the next record (%llu records, %llu bytes, %llu lines)",
+          (unsigned long long)n, (unsigned long long)used, (unsigned long long)lines);
+}
+
 int main(void)
 {
     const char *policies[] = {"serial", "authority", "bank_partition"};
@@ -280,6 +437,9 @@ int main(void)
         run_policy(policies[i], 0);
         run_policy(policies[i], 1);
     }
+    silent_requestor_is_bounded();
+    wait_reads_past_the_window();
+    text_reader();
     bad_config();
     bad_records();
     lone_write_drains_at_the_end();

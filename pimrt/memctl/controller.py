@@ -45,6 +45,9 @@ class Options:
     epoch_cap: int | None = None
     min_epoch: int = 0
     keep_completions: bool = False
+    # records one cursor may read ahead of the other before it waits (back-pressure); None:
+    # no limit (exact look-ahead: what is held grows with how far the streams drift apart)
+    window: int | None = None
 
 
 def default_pim_banks(part: Part) -> tuple[int, ...]:
@@ -164,6 +167,10 @@ class Controller:
         if sim == ffi.NULL:
             raise ConfigError(f"{self.part.name}: {ffi.string(err).decode()}")
         self._sim = ffi.gc(sim, lib.mc_free)
+        window = self.options.window
+        if window is not None and not 1 <= window < 2**62:
+            raise ConfigError(f"window must be a number of records >= 1, got {window}")
+        lib.mc_set_window(self._sim, int(window) if window is not None else 2**62)
         self.cmdlog = cmdlog
         self._cmdbuf = None
         if cmdlog is not None:
@@ -172,7 +179,6 @@ class Controller:
         self.completions: list[np.ndarray] = []
         self.mode_log: list[np.ndarray] = []
         self.finished = False
-        self._leftover = np.zeros(0, dtype=RECORD_DTYPE)
 
     def _check(self, rc: int, where: str) -> None:
         if rc in (lib.MC_OK, lib.MC_PAUSED):
@@ -219,22 +225,28 @@ class Controller:
             done += consumed[0]
             self._drain()
             self._check(rc, where)
-            if rc == lib.MC_OK:
+            if rc == lib.MC_OK and done == len(records):
                 break
-        # records a lagging cursor has not reached yet come again with the next chunk
-        self._leftover = records[done:]
 
     def feed(self, records: np.ndarray, where: str = "trace") -> None:
-        """Offer a chunk of RECORD_DTYPE records (in trace order)."""
+        """Offer a chunk of RECORD_DTYPE records (in trace order). The C model copies them
+        and holds those a cursor has not passed yet: at most `Options.window` records
+        beyond the lagging cursor (see held()), whatever the trace."""
         if self.finished:
             raise SimulationError("feed() after finish()")
-        if len(self._leftover):
-            records = np.concatenate([self._leftover, np.asarray(records, dtype=RECORD_DTYPE)])
         self._feed(records, False, where)
+
+    def held(self) -> dict:
+        """Trace records the C model holds: now, the most so far, and its buffer's capacity."""
+        held, peak, cap = (ffi.new("uint64_t *") for _ in range(3))
+        lib.mc_held(self._sim, held, peak, cap)
+        return {"records": int(held[0]), "peak": int(peak[0]), "capacity": int(cap[0]),
+                "events": int(lib.mc_event_count(self._sim)),
+                "layers": int(lib.mc_layer_count(self._sim))}
 
     def finish(self, where: str = "trace") -> None:
         """No more records: offer what is left, then run until every request completed."""
-        self._feed(self._leftover, True, where)
+        self._feed(np.zeros(0, dtype=RECORD_DTYPE), True, where)
         while True:
             rc = lib.mc_finish(self._sim)
             self._drain()
@@ -288,7 +300,7 @@ class Controller:
         host_bytes = requestors["host"]["bytes"]
         layers = []
         start, end, nreq = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
-        for i in range(int(lib.mc_layer_count(self._sim))):
+        for i in self._ids(lib.mc_layer_count, lib.mc_layer_ids):
             lib.mc_layer_span(self._sim, i, start, end, nreq)
             name = layer_names[i] if layer_names and i < len(layer_names) else str(i)
             layers.append({"layer": i, "name": name, "start": int(start[0]), "end": int(end[0]),
@@ -322,18 +334,33 @@ class Controller:
             return np.zeros(0, dtype=[("cycle", "<u8"), ("channel", "<u4"), ("enter", "u1")])
         return np.concatenate(self.mode_log)
 
+    def _ids(self, count, take) -> list[int]:
+        n = int(count(self._sim))
+        ids = np.empty(n, dtype=np.uint32)
+        if n:
+            take(self._sim, ffi.cast("uint32_t *", ffi.from_buffer(ids)), n)
+        return sorted(int(i) for i in ids)
+
+    def event_table(self) -> dict[int, tuple[int, int]]:
+        """{event id: (cycle its SIGNAL was reached, cycle it fired)} for every id the trace
+        used (SIGNAL or WAIT), -1 where that did not happen; sparse ids cost what they use."""
+        out = {}
+        reached, fired = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        for i in self._ids(lib.mc_event_count, lib.mc_event_ids):
+            lib.mc_event(self._sim, i, reached, fired)
+            out[i] = (int(reached[0]) if reached[0] != 2**64 - 1 else -1,
+                      int(fired[0]) if fired[0] != 2**64 - 1 else -1)
+        return out
+
     def events(self) -> np.ndarray:
         """Per event id (SIGNAL records): the cycle its SIGNAL was reached and the cycle it
-        fired, as an (n, 2) int64 array; -1 where that did not happen."""
-        n = int(lib.mc_event_count(self._sim))
+        fired, as an (n, 2) int64 array indexed by id (n: the largest id + 1); -1 where that
+        did not happen. For traces with sparse ids, event_table()."""
+        table = self.event_table()
+        n = max(table) + 1 if table else 0
         out = np.full((n, 2), -1, dtype=np.int64)
-        reached, fired = ffi.new("uint64_t *"), ffi.new("uint64_t *")
-        for i in range(n):
-            lib.mc_event(self._sim, i, reached, fired)
-            if reached[0] != 2**64 - 1:
-                out[i, 0] = reached[0]
-            if fired[0] != 2**64 - 1:
-                out[i, 1] = fired[0]
+        for i, pair in table.items():
+            out[i] = pair
         return out
 
     def completion_array(self) -> np.ndarray:
@@ -368,24 +395,86 @@ def _chan_dict(cs, seconds: float) -> dict:
     }
 
 
+TRACE_WINDOW = 1 << 20   # run_trace's default Options.window: at most 24 MiB of records held
+
+
 def run_trace(chunks: Iterable[np.ndarray], part: Part | str, options: Options | None = None, *,
               cmdlog: str | pathlib.Path | None = None, layer_names: list[str] | None = None,
               progress=None, where: str = "trace") -> dict:
     """Run a whole trace (an iterable of record chunks) and return its statistics.
-    progress: an optional callable(records_in_chunk) called after each chunk."""
+    progress: an optional callable(records_in_chunk) called after each chunk. Without a
+    window in the options, the cursors may drift TRACE_WINDOW records apart, so a trace of
+    any length holds a bounded number of records."""
+    options = options or Options()
+    if options.window is None:
+        options = dataclasses.replace(options, window=TRACE_WINDOW)
     log = CommandLog(cmdlog) if cmdlog is not None else None
     try:
         ctl = Controller(part, options, cmdlog=log)
-        for chunk in chunks:
-            ctl.feed(chunk, where)
-            if progress is not None:
-                progress(len(chunk))
+        with _Prefetch(chunks) as ahead:
+            for chunk in ahead:
+                ctl.feed(chunk, where)
+                if progress is not None:
+                    progress(len(chunk))
         ctl.finish(where)
     finally:
         if log is not None:
             log.close()
     names = layer_names if layer_names is not None else getattr(chunks, "layer_names", None)
     return ctl.stats(names)
+
+
+class _Prefetch:
+    """Iterates `chunks` in a thread a few chunks ahead of the consumer: reading and parsing
+    a trace (C and numpy, without the GIL) overlap the simulation (C, without the GIL). The
+    chunks come in order, and an error of the reader is raised where the chunk would have
+    come."""
+
+    DEPTH = 4
+
+    def __init__(self, chunks):
+        import queue
+        import threading
+        self._chunks = chunks
+        self._q = queue.Queue(self.DEPTH)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name="trace-reader", daemon=True)
+
+    def _put(self, item) -> bool:
+        import queue
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        try:
+            for chunk in self._chunks:
+                if not self._put(("chunk", chunk)):
+                    return
+            self._put(("end", None))
+        except BaseException as exc:   # handed to the consumer, raised there
+            self._put(("error", exc))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __iter__(self):
+        while True:
+            kind, item = self._q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
 def write_stats_csv(stats: dict, path: str | pathlib.Path) -> None:

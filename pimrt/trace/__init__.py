@@ -7,7 +7,7 @@
     trace.layer_names                   # filled as LAYER markers are read
 
 Formats are modules of this package that define NAME (see FORMATS): pimrt (text.py), npy
-(binary.py), dramsim3, ramulator, ramulator_cpu. Adding a format is adding a module with NAME,
+(binary.py), dramsim3, ramulator, ramulator_dram, ramulator_rw, ramulator_cpu. Adding a format is adding a module with NAME,
 EXTENSIONS, PRIORITY, sniff(tokens_of_first_data_line) (or sniff_bytes(head) for a binary one),
 read(path, state, chunk_records) and, when it can be written, a Writer class.
 """
@@ -115,18 +115,20 @@ class Trace:
     """An open trace: iterate it for record chunks (each pass reads the file again)."""
 
     def __init__(self, path, format: str, chunk_records: int = 1 << 16,
-                 capacity_bytes: int | None = None):
+                 capacity_bytes: int | None = None, part=None):
         self.path = pathlib.Path(path)
         self.format = format
         self.chunk_records = int(chunk_records)
         self.capacity_bytes = capacity_bytes
+        self.part = part
         self.layer_names: list[str] = []
         self._module = get_format(format)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         self.layer_names.clear()
         state = tp.ReadState(path=self.path, display=str(self.path),
-                             layer_names=self.layer_names, capacity_bytes=self.capacity_bytes)
+                             layer_names=self.layer_names, capacity_bytes=self.capacity_bytes,
+                             part=self.part)
         try:
             chunks = self._module.read(self.path, state, self.chunk_records)
             yield from rechunk(chunks, self.chunk_records)
@@ -144,16 +146,20 @@ class Trace:
 
 
 def open_trace(path, format: str | None = None, chunk_records: int = 1 << 16,
-               capacity_bytes: int | None = None) -> Trace:
+               capacity_bytes: int | None = None, part=None) -> Trace:
     """Open a trace file for streaming. format: a name in FORMATS, or None to detect it.
-    capacity_bytes: when given, an address at or beyond it is an error."""
+    capacity_bytes: when given, an address at or beyond it is an error. part: the memory part
+    (pimrt.memctl.load_part), needed by formats of DRAM coordinates (ramulator_rw); its
+    capacity is the default capacity_bytes."""
+    if capacity_bytes is None and part is not None:
+        capacity_bytes = part.capacity_bytes
     path = pathlib.Path(path)
     if chunk_records < 1:
         raise ValueError("chunk_records must be positive")
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
     fmt = detect_format(path) if format is None else get_format(format).NAME
-    return Trace(path, fmt, chunk_records, capacity_bytes)
+    return Trace(path, fmt, chunk_records, capacity_bytes, part)
 
 
 def _format_for_path(path: pathlib.Path) -> str:
@@ -163,24 +169,30 @@ def _format_for_path(path: pathlib.Path) -> str:
     return "pimrt"
 
 
-def open_writer(path, format: str | None = None, layer_names: Iterable[str] | None = None):
+def open_writer(path, format: str | None = None, layer_names: Iterable[str] | None = None,
+                part=None):
     """A writer of the format (by name, or from the file extension: .npy -> npy, else pimrt)
-    with write(records), add_layer(name) -> id, close(); a context manager."""
+    with write(records), add_layer(name) -> id, close(); a context manager. part: the memory
+    part, for formats of DRAM coordinates (ramulator_rw)."""
     path = pathlib.Path(path)
     mod = get_format(format or _format_for_path(path))
     if not hasattr(mod, "Writer"):
         raise TraceError(f"the {mod.NAME} trace format cannot be written")
+    if part is not None:
+        return mod.Writer(path, layer_names, part=part) if mod.NAME == "ramulator_rw" else \
+            mod.Writer(path, layer_names)
     return mod.Writer(path, layer_names)
 
 
 def write_trace(path, records, format: str | None = None,
-                layer_names: Iterable[str] | None = None) -> int:
+                layer_names: Iterable[str] | None = None, part=None) -> int:
     """Write records (one array, or an iterable of chunks such as a Trace or a synthetic
     generator) to path; returns the number of records written (for dramsim3/ramulator: the
     requests, markers being dropped). layer_names default to records.layer_names."""
     live = getattr(records, "layer_names", None) if layer_names is None else None
     chunks: Iterable[np.ndarray] = [records] if isinstance(records, np.ndarray) else records
-    with open_writer(path, format, layer_names if layer_names is not None else live) as w:
+    with open_writer(path, format, layer_names if layer_names is not None else live,
+                     part=part) as w:
         for c in chunks:
             if live is not None and len(live) > len(w.layer_names):
                 w.layer_names.extend(live[len(w.layer_names):])  # names read so far

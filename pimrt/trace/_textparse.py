@@ -35,6 +35,7 @@ class ReadState:
     display: str                      # how errors name the file
     layer_names: list[str]
     capacity_bytes: int | None = None
+    part: object = None               # the memory part, for formats of DRAM coordinates
     last_cycle: int = 0               # arrival cycle of the last request read
     last_line: int = 0                # its line (or record) number, for the error message
     layer_index: dict = dataclasses.field(default_factory=dict)
@@ -374,6 +375,73 @@ def fixed_columns(block: bytes, k: int) -> tuple[Tokens, np.ndarray, np.ndarray]
     if len(nonzero) and (nonzero != k).any():
         return None
     return t, t.starts.reshape(-1, k), t.ends.reshape(-1, k)
+
+
+_C_FORMATS = {"dramsim3": 1, "ramulator": 2, "ramulator_dram": 3}   # MC_TEXT_* (memctl.h)
+
+
+def c_parse(block: bytes, first_line: int, state: ReadState, fmt: str) -> np.ndarray | None:
+    """The block's records by the C reader (memctl/tracetext.c) of the simple host-only
+    formats, or None where it meets anything not plainly valid (the per-line parser then
+    reads the block and names the error)."""
+    from pimrt.memctl._native import ffi, lib   # the extension, on first use
+    out = np.empty(len(block) // 2 + 1, RECORD_DTYPE)
+    count, used, lines, last = (ffi.new("uint64_t *") for _ in range(4))
+    rc = lib.mc_text_parse(_C_FORMATS[fmt], block, len(block), state.capacity_bytes or 0,
+                           state.last_cycle, ffi.cast("mc_record *", ffi.from_buffer(out)),
+                           len(out), count, used, lines, last)
+    if rc:
+        return None
+    n = int(count[0])
+    if n and fmt == "dramsim3":
+        state.last_cycle, state.last_line = int(out["cycle"][n - 1]), first_line + int(last[0])
+    return out[:n]
+
+
+def read_c_text(path: pathlib.Path, state: ReadState, fmt: str, parse_line: LineParser,
+                chunk_records: int, block_bytes: int | None = None) -> Iterator[np.ndarray]:
+    """read_text for the formats of the C reader: it parses each block straight into chunks
+    of chunk_records (no copies); where it gives up, the per-line parser reads the rest of
+    that block (and names the error)."""
+    from pimrt.memctl._native import ffi, lib
+    code, cap = _C_FORMATS[fmt], state.capacity_bytes or 0
+    count, used, lines, last = (ffi.new("uint64_t *") for _ in range(4))
+
+    def fresh():
+        a = np.empty(chunk_records, RECORD_DTYPE)
+        return a, ffi.cast("mc_record *", ffi.from_buffer(a))
+
+    out, optr = fresh()
+    filled = 0
+    for first_line, block in iter_blocks(path, state.display, block_bytes or BLOCK_BYTES):
+        text = ffi.from_buffer(block)
+        pos, line = 0, first_line
+        while pos < len(block):
+            rc = lib.mc_text_parse(code, text + pos, len(block) - pos, cap, state.last_cycle,
+                                   optr + filled, chunk_records - filled, count, used, lines,
+                                   last)
+            if rc:
+                if filled:
+                    yield out[:filled]
+                    out, optr = fresh()
+                    filled = 0
+                rest = parse_block_slow(block[pos:], line, state, parse_line)
+                if len(rest):
+                    yield rest
+                break
+            n = int(count[0])
+            if n and fmt == "dramsim3":
+                state.last_cycle = int(out["cycle"][filled + n - 1])
+                state.last_line = line + int(last[0])
+            filled += n
+            pos += int(used[0])
+            line += int(lines[0])
+            if filled == chunk_records:
+                yield out
+                out, optr = fresh()
+                filled = 0
+    if filled:
+        yield out[:filled]
 
 
 def check_requests_fast(state: ReadState, cycles: np.ndarray, addrs: np.ndarray,

@@ -12,7 +12,7 @@ import pathlib
 import numpy as np
 
 from pimrt.trace import _textparse as tp
-from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+from pimrt.trace.records import HOST, READ, WRITE
 from pimrt.trace._writer import TraceWriter
 
 NAME = "dramsim3"
@@ -43,25 +43,11 @@ def parse_line(toks: list[bytes], text: bytes, line: int, state: tp.ReadState) -
 
 
 def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray | None:
-    cols = tp.fixed_columns(block, 3)
-    if cols is None:
-        return None
-    t, s, e = cols
-    addrs, ok_a = tp.parse_uint_vec(t, s[:, 0], e[:, 0], "hex")
-    ops = tp.match_words(t, s[:, 1], e[:, 1], OP_WORDS)
-    cycles, ok_c = tp.parse_uint_vec(t, s[:, 2], e[:, 2], "dec")
-    if not (ok_a.all() and ok_c.all() and (ops >= 0).all()):
-        return None
-    lines = np.flatnonzero(t.counts) + first_line
-    if not tp.check_requests_fast(state, cycles, addrs, lines):
-        return None
-    out = np.zeros(len(cycles), RECORD_DTYPE)
-    out["cycle"], out["addr"], out["op"] = cycles, addrs, ops
-    return out
+    return tp.c_parse(block, first_line, state, NAME)
 
 
 def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
-    return tp.read_text(path, state, parse_line, parse_fast)
+    return tp.read_c_text(path, state, NAME, parse_line, chunk_records)
 
 
 def host_requests_only(records: np.ndarray, where: str, fmt: str) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from pimrt.trace import _textparse as tp
 from pimrt.trace.dramsim3 import host_requests_only
-from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+from pimrt.trace.records import HOST, READ, WRITE
 from pimrt.trace._writer import TraceWriter
 
 NAME = "ramulator"
@@ -40,23 +40,11 @@ def parse_line(toks: list[bytes], text: bytes, line: int, state: tp.ReadState) -
 
 
 def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray | None:
-    cols = tp.fixed_columns(block, 2)
-    if cols is None:
-        return None
-    t, s, e = cols
-    ops = tp.match_words(t, s[:, 0], e[:, 0], OP_WORDS)
-    addrs, ok_a = tp.parse_uint_vec(t, s[:, 1], e[:, 1], "auto")
-    if not (ok_a.all() and (ops >= 0).all()):
-        return None
-    if state.capacity_bytes is not None and (addrs >= np.uint64(state.capacity_bytes)).any():
-        return None
-    out = np.zeros(len(addrs), RECORD_DTYPE)
-    out["addr"], out["op"] = addrs, ops
-    return out
+    return tp.c_parse(block, first_line, state, NAME)
 
 
 def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
-    return tp.read_text(path, state, parse_line, parse_fast)
+    return tp.read_c_text(path, state, NAME, parse_line, chunk_records)
 
 
 class Writer(TraceWriter):
