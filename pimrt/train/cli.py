@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--seed", type=int, default=0)
     a("--out", default="results/train", help="directory for metrics.csv, summary.json, checkpoints")
     a("--resume", action="store_true", help="continue from the checkpoints in --out")
+    a("--checkpoint-every", type=int, default=0, metavar="K",
+      help="also checkpoint every K steps (0: at each epoch's end only)")
     a("--timeout", type=float, default=120.0, help="collective timeout in seconds (dead-rank bound)")
     a("--device", default="auto", choices=("auto", "cpu", "cuda"))
     a("--threads", type=int, default=1, help="torch threads per rank")
@@ -72,6 +74,8 @@ def validate(args) -> None:
     for name in ("epochs", "batch_size", "image_size", "channels", "threads"):
         if getattr(args, name) < 1:
             raise GradSAError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.checkpoint_every < 0:
+        raise GradSAError(f"--checkpoint-every must be >= 0 steps, got {args.checkpoint_every}")
     if args.lr <= 0:
         raise GradSAError(f"--lr must be > 0, got {args.lr}")
     if args.timeout <= 0:
