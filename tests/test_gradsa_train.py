@@ -40,18 +40,32 @@ def _free_port():
     (["--ratio", "0.5"], "impossible compression ratio 0.5"),
     (["--density", "0"], "impossible density 0"),
     (["--density", "2"], "impossible density 2"),
+    (["--ratio", "inf"], "impossible compression ratio inf (--ratio): it must be a finite number >= 1"),
+    (["--ratio", "nan"], "impossible compression ratio nan (--ratio)"),
+    (["--warmup-start-density", "0"], "impossible warm-up start density 0.0 (--warmup-start-density): "
+                                      "it must be in (0, 1]"),
+    (["--warmup-start-density", "1.5"], "impossible warm-up start density 1.5"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every must be >= 0 steps, got -1"),
     (["--value-codec", "int3"], "unknown value codec"),
     (["--manager", "magic"], "unknown memory manager 'magic'"),
 ])
-def test_bad_input_fails_before_training(args, match, tmp_path):
+def test_bad_input_fails_before_training(args, match, tmp_path, capsys):
     from pimrt.train.loop import main
     assert main(args + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert not (tmp_path / "metrics.csv").exists()
 
 
-def test_bad_input_message_from_cli(tmp_path):
-    r = _train("--compressor", "zip", "--out", str(tmp_path), timeout=60)
-    assert r.returncode == 2 and "unknown compressor 'zip'" in r.stderr and "Traceback" not in r.stderr
+@pytest.mark.parametrize("args,match", [
+    (["--compressor", "zip"], "unknown compressor 'zip'"),
+    (["--ratio", "inf"], "impossible compression ratio inf (--ratio)"),
+    (["--warmup-start-density", "0"], "impossible warm-up start density 0.0 (--warmup-start-density)"),
+])
+def test_bad_input_message_from_cli(tmp_path, args, match):
+    r = _train(*args, "--out", str(tmp_path), timeout=60)
+    assert r.returncode == 2 and match in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
 
 
 COMMON = ["--model", "tinycnn", "--image-size", "8", "--batch-size", "128", "--density", "0.05",

@@ -143,6 +143,9 @@ def test_unknown_compressor_lists_valid_ones():
     ({"ratio": 0.5}, "impossible compression ratio"), ({"ratio": 10, "density": 0.1}, "either"),
     ({"value_codec": "int3"}, "value codec"), ({"index_codec": "zip"}, "index codec"),
     ({"momentum": 1.0}, "momentum"), ({"warmup_steps": -1}, "warm-up"), ({"powersgd_rank": 0}, "PowerSGD"),
+    ({"ratio": float("inf")}, r"ratio inf \(--ratio\): it must be a finite number >= 1"),
+    ({"warmup_start_density": 0.0}, r"warm-up start density 0.0 \(--warmup-start-density\)"),
+    ({"warmup_start_density": float("nan")}, "warm-up start density nan"),
 ])
 def test_impossible_options_fail_validation(kw, match):
     with pytest.raises(GradSAError, match=match):

@@ -13,6 +13,7 @@ decay (GradSA and DGC apply both inside the hook, as momentum correction require
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -44,8 +45,9 @@ class CompressorOptions:
         if self.density is not None and self.ratio is not None:
             raise GradSAError("give either a density or a ratio, not both")
         if self.ratio is not None:
-            if not self.ratio >= 1.0:
-                raise GradSAError(f"impossible compression ratio {self.ratio}: it must be >= 1")
+            if not (math.isfinite(self.ratio) and self.ratio >= 1.0):
+                raise GradSAError(f"impossible compression ratio {self.ratio} (--ratio): it must be a finite "
+                                  f"number >= 1")
             return 1.0 / self.ratio
         d = 0.001 if self.density is None else self.density
         if not 0.0 < d <= 1.0:
@@ -53,6 +55,9 @@ class CompressorOptions:
         return d
 
     def validate(self) -> "CompressorOptions":
+        if not 0.0 < self.warmup_start_density <= 1.0:   # 0 would silently mean "no warm-up"
+            raise GradSAError(f"impossible warm-up start density {self.warmup_start_density} "
+                              f"(--warmup-start-density): it must be in (0, 1]")
         self.sparse_config()
         if self.value_codec not in VALUE_CODECS:
             raise GradSAError(f"unknown value codec {self.value_codec!r}; valid: {', '.join(VALUE_CODECS)}")
