@@ -190,3 +190,17 @@ def test_torchrun_two_ranks(tmp_path):
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["world_size"] == 2 and s["steps"] == 4 and s["params_identical"]
     assert (tmp_path / "checkpoint-rank1.pt").is_file()
+
+
+def test_dgc_trains_with_its_own_recipe(tmp_path):
+    """DGC by default: the learning rate warms up linearly with the density (--warmup-steps)."""
+    r = _train(*COMMON, "--compressor", "dgc", "--warmup-steps", "4", "--warmup-start-density", "0.4",
+               "--epochs", "1", "--max-steps", "5",
+               "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    rows = [x for x in csv.DictReader(open(tmp_path / "metrics.csv")) if x["loss"]]
+    assert [float(x["lr"]) for x in rows] == [0.0125, 0.025, 0.0375, 0.05, 0.05]
+    dens = [float(x["density"]) for x in rows]
+    assert dens[0] == 0.4 and dens[0] > dens[1] > dens[2] > dens[3] > dens[4] == 0.05   # density warm-up
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["args"]["lr_warmup_steps"] == 4

@@ -29,9 +29,12 @@ HANG_ENV = "PIMRT_TRAIN_HANG_AT"  # testing only: "RANK:STEP" makes that rank st
 
 
 def lr_at(args, step: int, total: int) -> float:
+    """The schedule's rate at `step` (0-based), times a linear warm-up over args.lr_warmup_steps."""
+    warm = getattr(args, "lr_warmup_steps", 0) or 0
+    scale = min(1.0, (step + 1) / warm) if warm else 1.0
     if args.lr_schedule == "const" or total <= 0:
-        return args.lr
-    return args.lr * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+        return args.lr * scale
+    return scale * args.lr * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
 
 
 @torch.no_grad()
@@ -78,7 +81,7 @@ def train(args, rank: int, world: int, device) -> dict:
               bucket_cap_mb=max(args.bucket_cap_mb, whole) if spec.single_bucket else args.bucket_cap_mb)
     state, hook = registry.build(args.compressor, model, None, cli.compressor_options(args))
     ddp.register_comm_hook(state, hook)
-    in_hook = spec.momentum_in_hook
+    in_hook = cli.momentum_in_hook(args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.0 if in_hook else args.momentum,
                           weight_decay=0.0 if in_hook else args.weight_decay)
     sampler = DistributedSampler(train_ds, num_replicas=world, rank=rank, shuffle=True, seed=args.seed,
