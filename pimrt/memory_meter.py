@@ -16,7 +16,10 @@ of a copy (``copy_``, ``_to_copy``) of the tensor a saved-tensor pack hook was g
 ``torch.autograd.graph.saved_tensors_hooks``, which is how ``save_on_cpu`` and Layrub work) is
 a host copy. It counts at its full size from the first copy into it while it lives, whether it
 was made in the window (save_on_cpu's copies) or before it (Layrub's preallocated pool).
-Whatever else pack hooks create (Layrub's ReLU bit masks) is device memory.
+Whatever else pack hooks create (Layrub's ReLU bit masks) is device memory. A manager's own
+host buffers are declared with ``host_buffer(make)`` (Layrub's and LaySA's ``HostPool`` chunks
+do): host memory, counted whole while they live, from their making in the window or the first
+op in it that uses them (so a pool that a variant never touches does not count for it).
 Storages alive before the window (parameters, their gradients, the input) count in neither.
 """
 from __future__ import annotations
@@ -30,6 +33,27 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 _COPIES = {torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default}
 _push = torch._C._autograd._push_saved_tensors_default_hooks
+_HOST: dict[int, weakref.ref] = {}      # declared host buffers: id(storage) -> weak storage
+_making_host = threading.local()
+
+
+def host_buffer(make):
+    """``buf = host_buffer(lambda: torch.empty(...))``: declare a host buffer (a pool) to every
+    meter; what ``make`` allocates never counts as device memory."""
+    _making_host.on = True
+    try:
+        t = make()
+    finally:
+        _making_host.on = False
+    s = t.untyped_storage()
+    _HOST[id(s)] = weakref.ref(s)
+    weakref.finalize(s, _HOST.pop, id(s), None)
+    for m in list(_OPEN):               # made in an open window: held from now on
+        m._host_buffer(t)
+    return t
+
+
+_OPEN: "weakref.WeakSet[MemoryMeter]" = weakref.WeakSet()
 
 
 class _Tracker(TorchDispatchMode):
@@ -43,7 +67,11 @@ class _Tracker(TorchDispatchMode):
         m = self.meter
         with m.lock:
             # an output on an input's storage (in place, out=, a view) is no new storage
-            given = {m._key(t)[1] for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            given = {m._key(t)[1] for t in tensors}
+            for t in tensors:                          # a declared host buffer, used in the window
+                if m._key(t)[1] in _HOST:
+                    m._host(t)
             for t in pytree.tree_leaves(out):
                 if isinstance(t, torch.Tensor) and m._key(t)[1] not in given:
                     m._seen(t)
@@ -80,6 +108,8 @@ class MemoryMeter:
         if key is None or key in self.kind:
             return
         n = s.nbytes()
+        if getattr(_making_host, "on", False):   # host_buffer() declares it right after
+            return
         if self.packing:                       # classified when the pack hook returns
             self.kind[key] = ["pending", n]
             self.pending.append(key)
@@ -87,6 +117,10 @@ class MemoryMeter:
             self.kind[key] = ["device", n]
             self._add("device", n)
         weakref.finalize(s, self._gone, key)
+
+    def _host_buffer(self, t) -> None:
+        with self.lock:
+            self._host(t)
 
     def _host(self, t) -> None:
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
@@ -145,6 +179,7 @@ class MemoryMeter:
             self._base = torch.cuda.memory_allocated(self.device)
         torch._C._autograd._push_saved_tensors_default_hooks = \
             lambda pack, unpack: _push(self._pack_wrapper(pack), unpack)
+        _OPEN.add(self)
         self._mode = _Tracker(self)
         self._mode.__enter__()
         return self
@@ -152,6 +187,7 @@ class MemoryMeter:
     def __exit__(self, *exc):
         self._mode.__exit__(*exc)
         torch._C._autograd._push_saved_tensors_default_hooks = _push
+        _OPEN.discard(self)
         with self.lock:
             self.open = False
         self.host_peak_bytes = self.peak["host"]

@@ -63,3 +63,18 @@ def test_layrub_pool_counts_whole_as_host_and_masks_as_device():
     pool = sum(c.buf.untyped_storage().nbytes() for c in lr.pool.chunks)   # preallocated, held whole
     assert lr.stats.offloaded_bytes > 0 and m.host_peak_bytes == pool
     assert m.device_peak_bytes < plain.device_peak_bytes and plain.host_peak_bytes == 0
+
+
+def test_declared_host_buffers_count_whole_once_used_never_as_device():
+    from pimrt.memory_meter import host_buffer
+    pool = host_buffer(lambda: torch.zeros(5000, dtype=torch.uint8))
+    with MemoryMeter() as idle:
+        torch.ones(100)
+    assert (idle.device_peak_bytes, idle.host_peak_bytes) == (400, 0)     # not used: not counted
+    with MemoryMeter() as used:
+        pool[:100].copy_(torch.ones(100, dtype=torch.uint8))
+    assert (used.device_peak_bytes, used.host_peak_bytes) == (100, 5000)
+    with MemoryMeter() as made:
+        other = host_buffer(lambda: torch.empty(3000, dtype=torch.uint8))
+        del other
+    assert (made.device_peak_bytes, made.host_peak_bytes) == (0, 3000)

@@ -236,9 +236,9 @@ def _pct(f):
 
 def _print_row(r, first):
     if first:
-        print(f"{'model':<12}{'variant':<18}{'device MiB':>11}{'vs plain':>10}{'host MiB':>10}"
+        print(f"{'model':<16}{'variant':<18}{'device MiB':>11}{'vs plain':>10}{'host MiB':>10}"
               f"{'wall s':>8}{'cpu s':>8}{'time':>8}")
-    print(f"{r['model']:<12}{r['variant']:<18}{_mib(r['device_peak_bytes']):>11}{_pct(r['device_change']):>10}"
+    print(f"{r['model']:<16}{r['variant']:<18}{_mib(r['device_peak_bytes']):>11}{_pct(r['device_change']):>10}"
           f"{_mib(r['host_peak_bytes']):>10}{r['time_s']:>8.2f}{r['cpu_s']:>8.2f}{_pct(r['time_overhead']):>8}",
           flush=True)
 
