@@ -33,8 +33,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 _COPIES = {torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default}
 _push = torch._C._autograd._push_saved_tensors_default_hooks
-_HOST: dict[int, weakref.ref] = {}      # declared host buffers: id(storage) -> weak storage
+_HOST: set[int] = set()                 # declared host buffers: id(storage) while alive
 _making_host = threading.local()
+_OPEN: "weakref.WeakSet[MemoryMeter]" = weakref.WeakSet()
 
 
 def host_buffer(make):
@@ -46,14 +47,11 @@ def host_buffer(make):
     finally:
         _making_host.on = False
     s = t.untyped_storage()
-    _HOST[id(s)] = weakref.ref(s)
-    weakref.finalize(s, _HOST.pop, id(s), None)
+    _HOST.add(id(s))
+    weakref.finalize(s, _HOST.discard, id(s))
     for m in list(_OPEN):               # made in an open window: held from now on
         m._host_buffer(t)
     return t
-
-
-_OPEN: "weakref.WeakSet[MemoryMeter]" = weakref.WeakSet()
 
 
 class _Tracker(TorchDispatchMode):
