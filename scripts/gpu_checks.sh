@@ -7,8 +7,10 @@
 #   bash scripts/gpu_checks.sh            # writes its logs and JSON to $OUT (default results/gpu)
 #
 # 1. the CUDA-only tests (Layrub's side stream and pinned pool, measured host kernel times);
-# 2. Layrub on CUDA: peak memory from torch.cuda.max_memory_allocated and step time, baseline
-#    against Layrub, on the five models of issue 5;
+# 2. the memory yardstick on CUDA (issue 27, pimrt.memory_meter): device memory from
+#    torch.cuda.max_memory_allocated, host memory of the copies, and step time of plain torch,
+#    save_on_cpu, checkpointing (per block, checkpoint_sequential) and Layrub, on the five
+#    models of issue 5 (the table for docs/layrub.md);
 # 3. GradSA on NCCL: one rank per GPU, so on one GPU one rank (NCCL refuses two ranks on one
 #    device): the hook's CUDA path (compress on the device, padded all-gather, decode) end to end;
 # 4. the host kernels of ResNet-18 (32x32) and ResNet-50 (224x224) at batch 32 timed on the GPU
@@ -31,10 +33,10 @@ timeout 240 python3 -m pytest -q -p no:cacheprovider \
     "tests/test_layrub_runtime.py::test_cuda_side_stream_bit_identical" \
     tests/test_host_model.py 2>&1 | tee "$OUT/tests.txt" || status=1
 
-step "Layrub on CUDA (issue 5): peak memory and step time, side by side"
+step "The memory yardstick on CUDA (issue 27): Layrub, save_on_cpu, checkpointing side by side"
 timeout 300 python3 -m pimrt bench layrub --models resnet50,resnet101,resnet152,vgg16,densenet121 \
-    --variants baseline,layrub --steps 5 --device cuda --json "$OUT/layrub_cuda.json" 2>&1 \
-    | tee "$OUT/layrub.txt" || status=1
+    --variants plain,save_on_cpu,checkpoint-block,checkpoint-seq,layrub-offload,layrub --steps 5 \
+    --device cuda --json "$OUT/layrub_cuda.json" 2>&1 | tee "$OUT/layrub.txt" || status=1
 
 step "GradSA on NCCL, one rank (issue 6)"
 timeout 180 torchrun --standalone --nproc-per-node 1 -m pimrt.train --model tinycnn \

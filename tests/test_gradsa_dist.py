@@ -21,12 +21,31 @@ def _model():
                          nn.Flatten(), nn.Linear(128, 32), nn.ReLU(), nn.Linear(32, 10))
 
 
+class _Tally:
+    """An independent count: bytes of every tensor handed to torch.distributed's all_reduce
+    and all_gather, whoever calls them (pimrt's exchange, torch's PowerSGD and default hooks)."""
+
+    def __init__(self):
+        self.bytes, self.real = 0, (dist.all_reduce, dist.all_gather)
+
+    def all_reduce(self, tensor, *a, **k):
+        self.bytes += tensor.numel() * tensor.element_size()
+        return self.real[0](tensor, *a, **k)
+
+    def all_gather(self, out, tensor, *a, **k):
+        self.bytes += tensor.numel() * tensor.element_size()
+        return self.real[1](out, tensor, *a, **k)
+
+
 def _worker(rank, world, init_file, jobs, outdir):
     torch.set_num_threads(1)
+    tally = _Tally()
+    dist.all_reduce, dist.all_gather = tally.all_reduce, tally.all_gather
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
     results = {}
     for tag, name, opts in jobs:
+        tally.bytes = 0
         model = _model()
         cap = 25 if registry.get(name).single_bucket else 0.004  # else several buckets
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)
@@ -42,7 +61,7 @@ def _worker(rank, world, init_file, jobs, outdir):
             nn.functional.cross_entropy(ddp(x), y).backward()
             opt.step()
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        results[tag] = {"params": flat, "counter": state.counter.snapshot()}
+        results[tag] = {"params": flat, "counter": state.counter.snapshot(), "tally": tally.bytes}
     torch.save(results, os.path.join(outdir, f"rank{rank}.pt"))
     dist.barrier()
     del ddp, state, hook, opt, model    # they hold the process group (pimrt.train.loop.main)
@@ -61,7 +80,8 @@ NPARAM = sum(p.numel() for p in _model().parameters())
 def test_all_compressors_two_ranks_identical_params(tmp_path):
     jobs = [(n, n, {"density": 0.05, "warmup_steps": 2, "warmup_start_density": 0.3}) for n in registry.COMPRESSORS]
     jobs += [("gradsa-d1", "gradsa", {"density": 1.0, "warmup_steps": 0, "momentum": 0.0, "value_codec": "fp32"}),
-             ("dense-m0", "dense", {"momentum": 0.0})]
+             ("dense-m0", "dense", {"momentum": 0.0}),
+             ("powersgd-late", "powersgd", {"powersgd_start": 4})]
     res = _run(2, jobs, tmp_path)
     for tag, *_ in jobs:
         a, b = res[0][tag], res[1][tag]
@@ -69,7 +89,10 @@ def test_all_compressors_two_ranks_identical_params(tmp_path):
         c = a["counter"]
         assert c["steps"] == STEPS and c["dense_bytes"] == 4 * NPARAM * STEPS, tag
         assert c["bytes_sent"] > 0 and torch.isfinite(a["params"]).all(), tag
+        assert c["bytes_sent"] == a["tally"], tag          # every byte handed to a collective, counted
     sent = {tag: res[0][tag]["counter"]["bytes_sent"] for tag, *_ in jobs}
+    # PowerSGD: its first powersgd_start steps are torch's dense all-reduce (4 bytes a parameter)
+    assert sent["powersgd"] > 4 * NPARAM * 2 and sent["powersgd-late"] > sent["powersgd"]
     assert sent["dense"] == 4 * NPARAM * STEPS
     assert sent["fp16"] == 2 * NPARAM * STEPS
     assert sent["gradsa"] < sent["dgc"] < sent["dgc-int64"]

@@ -1,5 +1,6 @@
 """The trainer (python -m pimrt.train / torchrun): bad input, exact resume, mismatch errors,
 a dead rank that makes the others fail fast, and a 2-rank torchrun run."""
+import argparse
 import csv
 import json
 import os
@@ -39,46 +40,101 @@ def _free_port():
     (["--ratio", "0.5"], "impossible compression ratio 0.5"),
     (["--density", "0"], "impossible density 0"),
     (["--density", "2"], "impossible density 2"),
+    (["--ratio", "inf"], "impossible compression ratio inf (--ratio): it must be a finite number >= 1"),
+    (["--ratio", "nan"], "impossible compression ratio nan (--ratio)"),
+    (["--warmup-start-density", "0"], "impossible warm-up start density 0.0 (--warmup-start-density): "
+                                      "it must be in (0, 1]"),
+    (["--warmup-start-density", "1.5"], "impossible warm-up start density 1.5"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every must be >= 0 steps, got -1"),
     (["--value-codec", "int3"], "unknown value codec"),
     (["--manager", "magic"], "unknown memory manager 'magic'"),
 ])
-def test_bad_input_fails_before_training(args, match, tmp_path):
+def test_bad_input_fails_before_training(args, match, tmp_path, capsys):
     from pimrt.train.loop import main
     assert main(args + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert not (tmp_path / "metrics.csv").exists()
 
 
-def test_bad_input_message_from_cli(tmp_path):
-    r = _train("--compressor", "zip", "--out", str(tmp_path), timeout=60)
-    assert r.returncode == 2 and "unknown compressor 'zip'" in r.stderr and "Traceback" not in r.stderr
+@pytest.mark.parametrize("args,match", [
+    (["--compressor", "zip"], "unknown compressor 'zip'"),
+    (["--ratio", "inf"], "impossible compression ratio inf (--ratio)"),
+    (["--warmup-start-density", "0"], "impossible warm-up start density 0.0 (--warmup-start-density)"),
+])
+def test_bad_input_message_from_cli(tmp_path, args, match):
+    r = _train(*args, "--out", str(tmp_path), timeout=60)
+    assert r.returncode == 2 and match in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
 
 
 COMMON = ["--model", "tinycnn", "--image-size", "8", "--batch-size", "128", "--density", "0.05",
           "--warmup-steps", "5", "--lr-schedule", "const"]
 
 
-def test_resume_is_exact_and_mismatch_is_named(tmp_path):
+def _losses(d):
+    return [(int(r["step"]), r["loss"]) for r in csv.DictReader(open(d / "metrics.csv")) if r["loss"]]
+
+
+@pytest.mark.parametrize("every,die_at", [(4, 15), (0, 13)])   # killed mid-epoch 2 / resumed at epoch 1's end
+def test_resume_after_a_kill_is_exact_and_mismatch_is_named(tmp_path, every, die_at):
+    import torch
     full, part = tmp_path / "full", tmp_path / "part"
-    r = _train(*COMMON, "--epochs", "2", "--out", str(full))
+    ck = ["--epochs", "2", "--checkpoint-every", str(every)]
+    r = _train(*COMMON, *ck, "--out", str(full))
     assert r.returncode == 0, r.stderr
-    r = _train(*COMMON, "--epochs", "1", "--out", str(part))
-    assert r.returncode == 0, r.stderr
-    r = _train(*COMMON, "--epochs", "2", "--out", str(part), "--resume")
+    r = _train(*COMMON, *ck, "--out", str(part), PIMRT_TRAIN_DIE_AT=f"0:{die_at}")
+    assert r.returncode == 17, r.stderr                        # killed before its step die_at + 1
+    blob = torch.load(part / "checkpoint-rank0.pt", weights_only=True)   # tensors and plain types only
+    assert blob["step"] == (12 if every else 11) and blob["epoch_done"] == (not every)
+    assert not list(part.glob("*.tmp"))
+    r = _train(*COMMON, *ck, "--out", str(part), "--resume")
     assert r.returncode == 0, r.stderr
     a, b = (json.loads((d / "summary.json").read_text()) for d in (full, part))
+    assert _losses(part) == _losses(full)                      # loss for loss, every step once
+    assert [s for s, _ in _losses(part)] == list(range(1, 23))
     assert a["params_digest"] == b["params_digest"]  # model, optimizer, residual, momentum, RNG restored
     assert a["counter"]["bytes_sent"] == b["counter"]["bytes_sent"]
-    rows = list(csv.DictReader(open(part / "metrics.csv")))
-    steps = [int(x["step"]) for x in rows if x["loss"]]
-    assert steps == list(range(1, a["steps"] + 1))
-    assert set(rows[0]) >= {"step", "epoch", "loss", "acc", "bytes_sent", "dense_bytes", "ratio", "step_time"}
-    assert (part / "checkpoint-rank0.pt").is_file()
-    # a checkpoint that does not match the model: the error names the parameter and both shapes
+    assert a["test_acc_per_epoch"] == b["test_acc_per_epoch"]
+    if every:
+        return
+    # a checkpoint that does not match the model: the error names the file, the parameter and both shapes
     r = _train(*COMMON, "--channels", "1", "--epochs", "3", "--out", str(part), "--resume")
     assert r.returncode == 2 and "checkpoint does not match the model" in r.stderr, r.stderr
     assert "'0.weight' has shape (8, 3, 3, 3) in the checkpoint and (8, 1, 3, 3) in the model" in r.stderr
+    assert str(part / "checkpoint-rank0.pt") in r.stderr
     r = _train(*COMMON, "--compressor", "dgc", "--epochs", "3", "--out", str(part), "--resume")
     assert r.returncode == 2 and "compressor 'gradsa'" in r.stderr
+    r = _train(*COMMON, "--model", "mlp", "--epochs", "3", "--out", str(part), "--resume")
+    assert r.returncode == 2 and "written for model 'tinycnn', this run trains 'mlp'" in r.stderr, r.stderr
+    # a file that weights_only refuses (a pickled object): a clear error naming the file, no traceback
+    torch.save({"format": 2, "x": argparse.Namespace(a=1)}, part / "checkpoint-rank0.pt")
+    r = _train(*COMMON, "--epochs", "3", "--out", str(part), "--resume")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{part / 'checkpoint-rank0.pt'} is not loadable with torch.load(weights_only=True)" in r.stderr
+
+
+def test_checkpoint_write_is_atomic_and_keeps_the_last_good_one(tmp_path, monkeypatch):
+    import torch
+    from pimrt.gradsa.errors import GradSAError
+    from pimrt.train import checkpoint
+    path = tmp_path / "c.pt"
+    checkpoint.write_atomic({"format": checkpoint.FORMAT, "w": torch.arange(5)}, path)
+
+    def broken_save(obj, f, *a, **k):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.write_atomic({"format": checkpoint.FORMAT, "w": torch.zeros(5)}, path)
+    monkeypatch.undo()
+    assert torch.equal(checkpoint.read(path)["w"], torch.arange(5))      # the last good one
+    (tmp_path / "bad.pt").write_bytes(b"not a zip")
+    with pytest.raises(GradSAError, match=f"{tmp_path / 'bad.pt'} is not a readable checkpoint"):
+        checkpoint.read(tmp_path / "bad.pt")
+    torch.save({"format": 1}, tmp_path / "old.pt")
+    with pytest.raises(GradSAError, match="old.pt has checkpoint format 1, expected 2"):
+        checkpoint.read(tmp_path / "old.pt")
 
 
 def _ranks_with_fault(tmp_path, world: int, fault: dict, timeout_s: int, limit_s: int):
@@ -134,3 +190,17 @@ def test_torchrun_two_ranks(tmp_path):
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["world_size"] == 2 and s["steps"] == 4 and s["params_identical"]
     assert (tmp_path / "checkpoint-rank1.pt").is_file()
+
+
+def test_dgc_trains_with_its_own_recipe(tmp_path):
+    """DGC by default: the learning rate warms up linearly with the density (--warmup-steps)."""
+    r = _train(*COMMON, "--compressor", "dgc", "--warmup-steps", "4", "--warmup-start-density", "0.4",
+               "--epochs", "1", "--max-steps", "5",
+               "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    rows = [x for x in csv.DictReader(open(tmp_path / "metrics.csv")) if x["loss"]]
+    assert [float(x["lr"]) for x in rows] == [0.0125, 0.025, 0.0375, 0.05, 0.05]
+    dens = [float(x["density"]) for x in rows]
+    assert dens[0] == 0.4 and dens[0] > dens[1] > dens[2] > dens[3] > dens[4] == 0.05   # density warm-up
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["args"]["lr_warmup_steps"] == 4

@@ -143,6 +143,9 @@ def test_unknown_compressor_lists_valid_ones():
     ({"ratio": 0.5}, "impossible compression ratio"), ({"ratio": 10, "density": 0.1}, "either"),
     ({"value_codec": "int3"}, "value codec"), ({"index_codec": "zip"}, "index codec"),
     ({"momentum": 1.0}, "momentum"), ({"warmup_steps": -1}, "warm-up"), ({"powersgd_rank": 0}, "PowerSGD"),
+    ({"ratio": float("inf")}, r"ratio inf \(--ratio\): it must be a finite number >= 1"),
+    ({"warmup_start_density": 0.0}, r"warm-up start density 0.0 \(--warmup-start-density\)"),
+    ({"warmup_start_density": float("nan")}, "warm-up start density nan"),
 ])
 def test_impossible_options_fail_validation(kw, match):
     with pytest.raises(GradSAError, match=match):
@@ -151,3 +154,66 @@ def test_impossible_options_fail_validation(kw, match):
 
 def test_ratio_sets_density():
     assert registry.CompressorOptions(ratio=1000).sparse_config().density == pytest.approx(0.001)
+
+
+# ---------------------------------------------------------------- DGC's recipe
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+
+
+def test_dgc_recipe_is_the_default_and_each_part_can_be_turned_off():
+    dgc, _ = registry.build("dgc", _net())
+    gradsa, _ = registry.build("gradsa", _net())
+    assert (dgc.config.clip_norm, dgc.config.momentum, dgc.config.masking) == (1.0, 0.9, True)
+    assert dgc.config.warmup_steps == 20 and dgc.config.warmup_start_density == 0.05
+    assert registry.get("dgc").lr_warmup and not registry.get("gradsa").lr_warmup
+    assert gradsa.config.clip_norm == 0.0
+    off, _ = registry.build("dgc", _net(), None, registry.CompressorOptions(
+        clip_norm=0.0, masking=False, momentum=0.0, warmup_steps=0))
+    assert (off.config.clip_norm, off.config.masking, off.config.momentum, off.config.warmup_steps) == (0, False, 0, 0)
+    assert off.density() == off.config.density
+
+
+@given(hs.floats(0.0, 100.0), hs.integers(1, 256))
+def test_local_clipping_threshold_scales_with_the_inverse_root_of_the_ranks(clip, world):
+    o = registry.CompressorOptions(clip_norm=clip, world_size=world)
+    assert o.effective_clip() == pytest.approx(clip / math.sqrt(world))
+    assert o.sparse_config().clip_norm == pytest.approx(clip / math.sqrt(world))
+    assert registry.CompressorOptions(clip_norm=clip, world_size=world, clip_scale=False).effective_clip() == clip
+
+
+def test_local_clipping_bounds_what_each_layer_adds():
+    from pimrt.gradsa.hook import compress_bucket
+    model = _net()
+    state, _ = registry.build("dgc", model, None, registry.CompressorOptions(
+        density=1.0, momentum=0.0, warmup_steps=0, clip_norm=0.5, world_size=4))   # 0.5 / 2 = 0.25
+    params = list(model.parameters())
+    grads = [torch.full_like(p, 10.0) for p in params]
+    payload, numels = compress_bucket(state, params, grads)
+    layers = state.fmt.decode(np.frombuffer(payload, np.uint8), numels)
+    for idx, vals in layers:                     # density 1, fp32 values: each layer as clipped
+        assert np.linalg.norm(vals) == pytest.approx(0.25, rel=1e-5)
+        assert np.allclose(vals, vals[0])        # a scaled copy of the gradient
+
+
+@given(hs.integers(1, 50), hs.integers(0, 80), hs.sampled_from(["const", "cosine"]))
+def test_lr_warmup_is_linear_then_the_schedule(warm, step, schedule):
+    from types import SimpleNamespace
+    from pimrt.train.loop import lr_at
+    a = SimpleNamespace(lr=0.1, lr_schedule=schedule, lr_warmup_steps=warm)
+    plain = lr_at(SimpleNamespace(lr=0.1, lr_schedule=schedule, lr_warmup_steps=0), step, 100)
+    assert lr_at(a, step, 100) == pytest.approx(plain * min(1.0, (step + 1) / warm))
+
+
+def test_trainer_options_of_the_recipe():
+    from pimrt.train import cli
+    a = cli.parse(["--compressor", "dgc", "--warmup-steps", "7"])
+    assert a.lr_warmup_steps == 7 and cli.momentum_in_hook(a)
+    assert cli.compressor_options(a).clip_norm is None          # the compressor's default (1.0)
+    assert cli.parse(["--compressor", "gradsa"]).lr_warmup_steps == 0
+    assert cli.parse(["--compressor", "dgc", "--lr-warmup-steps", "0"]).lr_warmup_steps == 0
+    b = cli.parse(["--compressor", "dgc", "--no-momentum-correction", "--no-momentum-masking",
+                   "--no-clip-scaling", "--clip-norm", "0"])
+    o = cli.compressor_options(b)
+    assert not cli.momentum_in_hook(b) and (o.momentum, o.weight_decay, o.masking, o.clip_scale) == (0, 0, False, False)

@@ -168,6 +168,14 @@ def test_bench_memory_lower_than_gradsa(tmp_path):
     assert ay["comm"] <= 4096 and ay["residual"] + ay["momentum"] < rows["gradsa"]["at_peak"]["residual"]
     assert rows["laysa"]["max_batch"] > rows["gradsa"]["max_batch"] >= 1
     assert rows["laysa"]["max_batch_peak_bytes"] <= d["budget"]
+    # the same on the one yardstick (pimrt.memory_meter, parameters included), and the ledger
+    # checked against it: it never overstates, and misses only the step's temporaries
+    dev = {v: rows[v]["meter_device_bytes"] for v in rows}
+    assert dev["laysa"] < 0.6 * dev["gradsa"] and dev["laysa"] < dev["naive"] and dev["laysa"] < dev["layrub"]
+    assert rows["gradsa"]["meter_host_bytes"] == 0 < rows["layrub"]["meter_host_bytes"] < rows["laysa"]["meter_host_bytes"]
+    for v, r in rows.items():
+        named = r["peak_bytes"] + r["param_bytes"]
+        assert named <= dev[v] <= named + 2 * 2**20, v
 
 
 # -- bad input: errors before training ----------------------------------------------------

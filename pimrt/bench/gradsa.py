@@ -54,6 +54,8 @@ def add_arguments(p) -> None:
     a("--out", default="results/bench_gradsa", help="run directories, logs and the table")
     a("--reuse", action="store_true", help="reuse finished runs in --out made with the same options")
     a("--quick", action="store_true", help="smoke size: tinycnn, 8x8, 1 epoch")
+    a("--scale", default="", help="comma-separated rank counts (e.g. 2,4,8): every compressor at each, "
+      "bytes on the wire per rank and in total (replaces --nproc)")
     a("--json", dest="json_file", default=None, help="write the rows and settings as JSON")
     a("--csv", dest="csv_file", default=None, help="write the rows as CSV")
 
@@ -139,6 +141,9 @@ def _row(name: str, s: dict, out: Path, t_compute: float, ranks: int, wall: floa
         "decode_Melem_s": c["elements"] / c["decode_s"] / 1e6 if c["decode_s"] > 0 else None,
         "codec_s_per_step": codec, "final_acc": s["final_test_acc"], "params_identical": s["params_identical"],
         "measured_step_s": s["mean_step_time_s"], "run_wall_s": wall, "world_size": n_run,
+        # measured at the run's own world size: the ring model of every collective it made
+        "wire_per_rank_step": c["wire_bytes"] / steps,
+        "wire_total_step": sum(r["wire_bytes"] for r in s["counters_all_ranks"]) / steps,
     }
     for bw in BANDWIDTHS:
         row[f"est_step_s_{int(bw / 1e9)}G"] = t_compute + codec + wire * 8 / bw
@@ -188,12 +193,39 @@ def run(args) -> int:
         cli.validate(probe)
     if args.nproc < 1:
         raise PimrtError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.scale:
+        return _run_scale(args, names)
     ranks = args.estimate_ranks or args.nproc
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_compute = measure_compute(args)
     print(f"model {args.model} @ {args.image_size}px, {args.nproc} ranks x batch {args.batch_size}, "
           f"{args.epochs} epochs; compute {t_compute:.3f} s/step (one thread)", flush=True)
+    rows, failed = _run_all(args, names, out, t_compute, ranks)
+    dense = next((r for r in rows if r["compressor"] == "dense" and "error" not in r), None)
+    dense_acc = dense["final_acc"] if dense else None
+    for r in rows:
+        if "error" not in r:
+            r["acc_delta_points"] = None if dense_acc is None else 100 * (r["final_acc"] - dense_acc)
+    print()
+    print_table(rows, dense_acc, t_compute, ranks)
+    settings = {k: v for k, v in vars(args).items() if k not in ("func",)}
+    if args.json_file:
+        Path(args.json_file).write_text(json.dumps({"settings": settings, "compute_s_per_step": t_compute,
+                                                    "rows": rows}, indent=2, default=str))
+    if args.csv_file:
+        keys = sorted({k for r in rows for k in r}, key=lambda k: (k != "compressor", k))
+        with open(args.csv_file, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(rows)
+    return 1 if failed else 0
+
+
+def _run_all(args, names, out: Path, t_compute: float, ranks: int) -> tuple[list[dict], int]:
+    """Train every compressor at args.nproc ranks (or reuse a finished run); (rows, failures)."""
+    from pimrt.train import cli
+    out.mkdir(parents=True, exist_ok=True)
     rows, failed = [], 0
     for i, name in enumerate(names, 1):
         run_dir = out / name
@@ -218,21 +250,47 @@ def run(args) -> int:
         rows.append(row)
         print(f"[{i}/{len(names)}] {name}: {row['steps']} steps, acc {100 * (row['final_acc'] or 0):.2f}%, "
               f"ratio {row['ratio']:.1f}x, {row['run_wall_s']:.0f} s", flush=True)
-    dense = next((r for r in rows if r["compressor"] == "dense" and "error" not in r), None)
-    dense_acc = dense["final_acc"] if dense else None
-    for r in rows:
-        if "error" not in r:
-            r["acc_delta_points"] = None if dense_acc is None else 100 * (r["final_acc"] - dense_acc)
+    return rows, failed
+
+
+def _run_scale(args, names) -> int:
+    """Every compressor at each rank count of --scale: bytes per rank and in total."""
+    counts = []
+    for v in args.scale.split(","):
+        if not v.strip().isdigit() or int(v) < 1:
+            raise PimrtError(f"--scale must list rank counts >= 1, got {v.strip()!r} in {args.scale!r}")
+        counts.append(int(v))
+    t_compute = measure_compute(args)
+    rows, failed = [], 0
+    for n in counts:
+        args.nproc = n
+        print(f"== {n} ranks: model {args.model} @ {args.image_size}px, batch {args.batch_size} per rank", flush=True)
+        got, bad = _run_all(args, names, Path(args.out) / f"ranks{n}", t_compute, n)
+        rows += got
+        failed += bad
     print()
-    print_table(rows, dense_acc, t_compute, ranks)
-    settings = {k: v for k, v in vars(args).items() if k not in ("func",)}
+    print_scale(rows)
     if args.json_file:
-        Path(args.json_file).write_text(json.dumps({"settings": settings, "compute_s_per_step": t_compute,
-                                                    "rows": rows}, indent=2, default=str))
-    if args.csv_file:
-        keys = sorted({k for r in rows for k in r}, key=lambda k: (k != "compressor", k))
-        with open(args.csv_file, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=keys)
-            w.writeheader()
-            w.writerows(rows)
+        Path(args.json_file).write_text(json.dumps({"settings": {k: v for k, v in vars(args).items()
+                                                                 if k != "func"}, "rows": rows}, indent=2, default=str))
     return 1 if failed else 0
+
+
+def print_scale(rows: list[dict]) -> None:
+    head = (f"{'compressor':<10} {'ranks':>5} {'sent/rank':>11} {'wire/rank':>12} {'wire total':>13} "
+            f"{'vs dense':>9} {'acc %':>6}")
+    print(head)
+    print("-" * len(head))
+    dense = {r["world_size"]: r for r in rows if r["compressor"] == "dense" and "error" not in r}
+    for r in sorted((r for r in rows if "error" not in r), key=lambda r: (r["compressor"], r["world_size"])):
+        d = dense.get(r["world_size"])
+        gain = d["wire_per_rank_step"] / r["wire_per_rank_step"] if d and r["wire_per_rank_step"] else None
+        print(f"{r['compressor']:<10} {r['world_size']:>5} {r['bytes_per_step']:>11,.0f} "
+              f"{r['wire_per_rank_step']:>12,.0f} {r['wire_total_step']:>13,.0f} {_fmt(gain, '8.1f')}x "
+              f"{_fmt(100 * r['final_acc'] if r['final_acc'] is not None else None, '6.2f')}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['compressor']:<10} FAILED: {r['error']}")
+    print("bytes per step over the whole run: sent/rank = handed to the collectives by a rank; wire/rank = what "
+          "a ring moves per rank (all-reduce 2(N-1)/N x B, all-gather (N-1) x B); wire total = over all ranks; "
+          "vs dense = dense's wire/rank over this one's")

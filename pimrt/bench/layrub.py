@@ -1,11 +1,11 @@
-"""Layrub against the baseline, torch.utils.checkpoint and save_on_cpu, side by side.
+"""Layrub against plain torch and torch's own tools, side by side on one yardstick.
 
-Per model and variant: one forward + backward step (parameter gradients preallocated, so
-the measured memory is what the step itself adds: feature maps, their gradients and
-temporaries). Memory: on CUDA ``max_memory_allocated``; on CPU the kernel's peak RSS of the
-step (``pimrt.layrub.memory``), plus, for the baseline and the Layrub variants, the bytes
-autograd holds for backward counted through saved-tensor hooks (distinct storages). The
-``planned`` column is the graph planner's peak (pimrt.layrub.plan) for the same model.
+Per model and variant: one forward + backward step (parameter gradients preallocated, so the
+measured memory is what the step itself adds: feature maps, their gradients, temporaries),
+measured by ``pimrt.memory_meter.MemoryMeter``: device memory (CUDA: max_memory_allocated;
+CPU: peak of the live storages the step's aten ops create) and host memory of the copies
+(save_on_cpu's copies, Layrub's host pool), over the same window for every variant. Step time
+is taken in separate, unmetered rounds. The planner's peak (pimrt.layrub.plan) goes to the JSON.
 """
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ import pathlib
 import statistics
 import time
 
-HELP = ("Layrub: peak feature-map memory and step time of baseline, Layrub (reuse, offload, "
-        "both), torch.utils.checkpoint and save_on_cpu, side by side")
+HELP = ("Layrub: device and host memory (one meter for all) and step time of plain torch, "
+        "save_on_cpu, checkpointing (per block, checkpoint_sequential) and Layrub's variants")
 
-VARIANTS = ("baseline", "layrub-reuse", "layrub-offload", "layrub", "checkpoint", "save_on_cpu")
+VARIANTS = ("plain", "save_on_cpu", "checkpoint-block", "checkpoint-seq", "layrub-reuse", "layrub-offload",
+            "layrub")
 DEFAULT_MODELS = "resnet50,resnet101,resnet152,vgg16,densenet121"
 
 
@@ -36,58 +37,87 @@ def add_arguments(p) -> None:
     p.add_argument("--json", type=pathlib.Path, default=None, help="write the results as JSON")
 
 
-def _checkpointed(model, segments_of=lambda n: max(1, round(math.sqrt(n)))):
-    """Context: every top-level nn.Sequential child of ``model`` (and ``model`` itself if it
-    is one) runs through checkpoint_sequential with ~sqrt(n) segments, use_reentrant=False."""
+def _sequentials(model):
+    """The top-level nn.Sequential children of ``model`` (or ``model`` itself if it is one)."""
+    from torch import nn
+    if isinstance(model, nn.Sequential):
+        return [model]
+    return [m for m in model.children() if isinstance(m, nn.Sequential) and len(m) >= 2]
+
+
+def _bounds(seq, segments):
+    """Segment starts as torch's checkpoint_sequential cuts, each moved past in-place modules
+    (a segment starting with one would modify its own checkpointed input); None if none moved."""
+    n, step, bounds, moved = len(seq), len(seq) / segments, [], False
+    for k in range(1, segments):
+        b = round(k * step)
+        while b < n and getattr(seq[b], "inplace", False):
+            b, moved = b + 1, True
+        if (not bounds or b > bounds[-1]) and b < n:
+            bounds.append(b)
+    return None if not moved else bounds
+
+
+def _blocks(seq):
+    """Per-block checkpointing: each composite child (a residual or dense block), or in a flat
+    sequence (VGG's features) each run of layers up to a pooling layer."""
+    from torch import nn
+    if any(len(list(m.children())) for m in seq):
+        return [[m] for m in seq]
+    runs, cur = [], []
+    for m in seq:
+        cur.append(m)
+        if isinstance(m, (nn.MaxPool2d, nn.AvgPool2d)):
+            runs.append(cur)
+            cur = []
+    return runs + ([cur] if cur else [])
+
+
+@contextlib.contextmanager
+def _checkpointed(model, how: str):
+    """``how`` = "block": every block of each top-level Sequential through
+    torch.utils.checkpoint.checkpoint; "seq": each top-level Sequential through
+    torch.utils.checkpoint.checkpoint_sequential with ~sqrt(n) segments (where torch's even cut
+    would start a segment at an in-place module, as in VGG-16, the same cut moved past it).
+    Both with use_reentrant=False."""
     import torch
     from torch import nn
-    from torch.utils.checkpoint import checkpoint
+    from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
-    def checkpoint_sequential(seq, segments, x, use_reentrant=False):
-        # like torch's, but a segment never starts with an in-place module (it would modify
-        # the checkpointed input of the segment)
-        n = len(seq)
-        bounds, step = [], n / segments
-        for k in range(1, segments):
-            b = round(k * step)
-            while b < n and getattr(seq[b], "inplace", False):
-                b += 1
-            if (not bounds or b > bounds[-1]) and b < n:
-                bounds.append(b)
-        starts = [0] + bounds
-        ends = bounds + [n]
+    def run(mods):
+        def f(x):
+            for m in mods:
+                x = m(x)
+            return x
+        return f
 
-        def run(a, b):
-            def f(inp):
-                for i in range(a, b):
-                    inp = seq[i](inp)
-                return inp
-            return f
-        for a, b in zip(starts[:-1], ends[:-1]):
-            x = checkpoint(run(a, b), x, use_reentrant=use_reentrant)
-        return run(starts[-1], ends[-1])(x)
+    def forward_of(seq):
+        if how == "block":
+            parts = _blocks(seq)
+        else:
+            segments = max(1, round(math.sqrt(len(seq))))
+            bounds = _bounds(seq, segments)
+            if bounds is None:
+                return lambda x: checkpoint_sequential(seq, segments, x, use_reentrant=False)
+            parts = [list(seq)[a:b] for a, b in zip([0] + bounds, bounds + [len(seq)])]
 
-    @contextlib.contextmanager
-    def ctx():
-        patched = []
-        for m in [model] + list(model.children()):
-            if isinstance(m, nn.Sequential) and len(m) >= 2:
-                seg = segments_of(len(m))
+        def fwd(x):
+            for i, part in enumerate(parts):   # the last segment runs plainly, as torch's does
+                last = how == "seq" and i == len(parts) - 1
+                x = run(part)(x) if last else checkpoint(run(part), x, use_reentrant=False)
+            return x
+        return fwd
 
-                def fwd(x, _m=m, _seg=seg):
-                    if not torch.is_grad_enabled():
-                        return nn.Sequential.forward(_m, x)
-                    return checkpoint_sequential(_m, _seg, x, use_reentrant=False)
-                m.forward = fwd
-                patched.append(m)
-                if m is model:
-                    break
-        try:
-            yield
-        finally:
-            for m in patched:
-                del m.forward
-    return ctx()
+    patched = []
+    for seq in _sequentials(model):
+        f = forward_of(seq)
+        seq.forward = lambda x, _s=seq, _f=f: _f(x) if torch.is_grad_enabled() else nn.Sequential.forward(_s, x)
+        patched.append(seq)
+    try:
+        yield
+    finally:
+        for seq in patched:
+            del seq.forward
 
 
 def _step(model, x, y):
@@ -102,63 +132,50 @@ def run(args) -> int:
 
     from pimrt import zoo
     from pimrt.graph import capture
-    from pimrt.layrub import Layrub, measure_saved, plan
+    from pimrt.layrub import Layrub, plan
     from pimrt.layrub.errors import LayrubError
-    from pimrt.layrub.memory import PeakMemory, tune_malloc
+    from pimrt.memory_meter import MemoryMeter
 
     dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise LayrubError("--device cuda asked for, but CUDA is not available")
     if args.threads:
         torch.set_num_threads(args.threads)
-    if dev.type == "cpu":
-        tune_malloc()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
-        raise LayrubError(f"unknown variant(s) {bad}; known: {', '.join(VARIANTS)}")
-    if "baseline" not in variants:
-        variants.insert(0, "baseline")
+        raise LayrubError(f"unknown variant(s) {bad} in --variants; known: {', '.join(VARIANTS)}")
+    if "plain" not in variants:
+        variants.insert(0, "plain")
     shape = (args.batch, 3, args.input_size, args.input_size)
     print(f"pimrt bench layrub: device {dev} ({torch.get_num_threads()} threads), input {shape}, "
-          f"{args.steps} timed step(s) per variant; memory = "
-          f"{'max_memory_allocated' if dev.type == 'cuda' else 'kernel peak RSS (VmHWM)'} "
-          f"of one forward+backward above its start", flush=True)
+          f"{args.steps} timed step(s) per variant; device memory = {MemoryMeter(dev).method}, host = "
+          f"copies made by pack hooks, both over one forward+backward", flush=True)
     rows = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         torch.manual_seed(0)
         model = zoo.build(name, input_size=args.input_size, device=dev)
         g = capture(zoo.build(name, input_size=args.input_size, device="meta"), shape)
-        planned = {"baseline": plan(g, offload=False, reuse=False).peak_bytes,
+        planned = {"plain": plan(g, offload=False, reuse=False).peak_bytes,
                    "layrub-reuse": plan(g, offload=False).peak_bytes,
-                   "layrub-offload": plan(g, reuse=False).peak_bytes,
-                   "layrub": plan(g).peak_bytes}
+                   "layrub-offload": plan(g, reuse=False).peak_bytes, "layrub": plan(g).peak_bytes}
         x = torch.randn(shape, device=dev)
         y = torch.randint(0, 10 if args.input_size <= 64 else 1000, (args.batch,), device=dev)
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
         _step(model, x, y)                                   # warm-up (kernels, allocator)
-        saved = {}
-        m = measure_saved(model)
-        with m:
-            _step(model, x, y)
-        saved["baseline"] = m.stats.saved_peak_bytes
-        results = {}
-        factories, layrubs = {}, {}
-        for v in variants:                                   # memory: one step each
+        results, factories = {}, {}
+        for v in variants:                                   # memory: one metered step each
             factories[v] = _variant(v, model, shape, dev)
-            ctx_obj = factories[v]()
-            mem = PeakMemory(dev)
-            with mem:
-                with ctx_obj:
+            ctx = factories[v]()
+            with MemoryMeter(dev) as mem:
+                with ctx:
                     _step(model, x, y)
-            if isinstance(ctx_obj, Layrub):
-                layrubs[v] = ctx_obj
-                saved[v] = ctx_obj.stats.saved_peak_bytes
-            results[v] = {"peak_bytes": mem.peak, "saved_bytes": saved.get(v),
-                          "planned_bytes": planned.get(v), "method": mem.method}
-        # time: the variants take turns, one step each per round, so none of them pays alone
-        # for the process's first steps or for a burst of load on a shared machine
+            results[v] = {"model": name, "variant": v, "planned_bytes": planned.get(v), **mem.as_dict()}
+            if isinstance(ctx, Layrub):
+                results[v]["layrub_host_peak_bytes"] = ctx.stats.host_peak_bytes
+        # time: unmetered; the variants take turns, one step each per round, so none of them
+        # pays alone for the process's first steps or for a burst of load on a shared machine
         times = {v: [] for v in variants}
         cpu_times = {v: [] for v in variants}
         for _ in range(args.steps):
@@ -173,46 +190,35 @@ def run(args) -> int:
                     torch.cuda.synchronize()
                 times[v].append(time.perf_counter() - t0)
                 cpu_times[v].append(time.process_time() - c0)
+        base = results["plain"]
+        key = "time_s" if dev.type == "cuda" else "cpu_s"    # CPU time: robust to a shared machine
         for v in variants:
-            results[v]["time_s"] = statistics.median(times[v])
-            results[v]["cpu_s"] = statistics.median(cpu_times[v])
-            if v in layrubs:
-                results[v]["host_peak_bytes"] = layrubs[v].stats.host_peak_bytes
-                results[v]["offloaded_bytes"] = layrubs[v].stats.offloaded_bytes
-        del layrubs
-        base = results["baseline"]
-        for v, r in results.items():
-            r["model"] = name
-            r["variant"] = v
-            # CPU: process CPU time (robust to other load on a shared machine); CUDA: wall time
-            key = "time_s" if dev.type == "cuda" else "cpu_s"
+            r = results[v]
+            r["time_s"], r["cpu_s"] = statistics.median(times[v]), statistics.median(cpu_times[v])
+        for v in variants:
+            r = results[v]
             r["time_overhead"] = r[key] / base[key] - 1
-            r["peak_reduction"] = 1 - r["peak_bytes"] / base["peak_bytes"] if base["peak_bytes"] \
-                else None
-            r["saved_reduction"] = (1 - r["saved_bytes"] / saved["baseline"]
-                                    if r["saved_bytes"] is not None else None)
-            r["planned_reduction"] = (1 - r["planned_bytes"] / planned["baseline"]
-                                      if r["planned_bytes"] is not None else None)
+            r["device_change"] = r["device_peak_bytes"] / base["device_peak_bytes"] - 1 \
+                if base["device_peak_bytes"] else None
             rows.append(r)
             _print_row(r, first=len(rows) == 1)
-        del model
+        del model, factories
     _print_summary(rows)
     if args.json:
         args.json.write_text(json.dumps({"device": str(dev), "input": list(shape),
-                                         "threads": torch.get_num_threads(), "rows": rows},
-                                        indent=2))
+                                         "threads": torch.get_num_threads(), "rows": rows}, indent=2))
     return 0
 
 
 def _variant(v, model, shape, dev):
     import torch
     from pimrt.layrub import Layrub
-    if v == "baseline":
+    if v == "plain":
         return contextlib.nullcontext
-    if v == "checkpoint":
-        return lambda: _checkpointed(model)
-    if v == "save_on_cpu":
-        return lambda: torch.autograd.graph.save_on_cpu(pin_memory=dev.type == "cuda")
+    if v in ("checkpoint-block", "checkpoint-seq"):
+        return lambda: _checkpointed(model, v.split("-")[1])
+    if v == "save_on_cpu":   # pin_memory=True: without CUDA, still a real copy (False: none on CPU)
+        return lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)
     kw = {"layrub-reuse": dict(offload=False, reuse=True),
           "layrub-offload": dict(offload=True, reuse=False),
           "layrub": dict(offload=True, reuse=True)}[v]
@@ -230,15 +236,10 @@ def _pct(f):
 
 def _print_row(r, first):
     if first:
-        print(f"{'model':<12}{'variant':<16}{'wall s':>8}{'cpu s':>8}{'time':>8}{'peak MiB':>10}{'peak':>8}"
-              f"{'saved MiB':>11}{'saved':>8}{'planned MiB':>12}{'planned':>9}")
-    print(f"{r['model']:<12}{r['variant']:<16}{r['time_s']:>8.2f}{r['cpu_s']:>8.2f}"
-          f"{_pct(r['time_overhead']):>8}"
-          f"{_mib(r['peak_bytes']):>10}{_pct(-r['peak_reduction'] if r['peak_reduction'] is not None else None):>8}"
-          f"{_mib(r['saved_bytes']):>11}"
-          f"{_pct(-r['saved_reduction'] if r['saved_reduction'] is not None else None):>8}"
-          f"{_mib(r['planned_bytes']):>12}"
-          f"{_pct(-r['planned_reduction'] if r['planned_reduction'] is not None else None):>9}",
+        print(f"{'model':<16}{'variant':<18}{'device MiB':>11}{'vs plain':>10}{'host MiB':>10}"
+              f"{'wall s':>8}{'cpu s':>8}{'time':>8}")
+    print(f"{r['model']:<16}{r['variant']:<18}{_mib(r['device_peak_bytes']):>11}{_pct(r['device_change']):>10}"
+          f"{_mib(r['host_peak_bytes']):>10}{r['time_s']:>8.2f}{r['cpu_s']:>8.2f}{_pct(r['time_overhead']):>8}",
           flush=True)
 
 
@@ -246,17 +247,9 @@ def _print_summary(rows):
     by_v: dict[str, list] = {}
     for r in rows:
         by_v.setdefault(r["variant"], []).append(r)
-    print("\naverage over the models (reduction of peak memory; + = more time):")
+    print("\naverage over the models (device memory and time against plain torch; host memory):")
     for v, rs in by_v.items():
-        if v == "baseline":
-            continue
-        def avg(key):
-            vals = [r[key] for r in rs if r[key] is not None]
-            return sum(vals) / len(vals) if vals else None
-        pk, sv, pl, tm = avg("peak_reduction"), avg("saved_reduction"), avg("planned_reduction"), \
-            avg("time_overhead")
-        print(f"  {v:<16} peak {_pct(-pk)}" if pk is not None else f"  {v:<16} peak -",
-              end="")
-        print(f"   saved {'-' if sv is None else _pct(-sv)}"
-              f"   planned {'-' if pl is None else _pct(-pl)}"
-              f"   time {100 * tm:+.1f}%")
+        dev = [r["device_change"] for r in rs if r["device_change"] is not None]
+        print(f"  {v:<18} device {_pct(sum(dev) / len(dev) if dev else None):>8}   "
+              f"host {sum(r['host_peak_bytes'] for r in rs) / len(rs) / 2**20:7.1f} MiB   "
+              f"time {_pct(sum(r['time_overhead'] for r in rs) / len(rs)):>8}")

@@ -8,8 +8,11 @@ residual and momentum on the device (SGD's momentum buffers for the dense Layrub
 flat bucket buffers (one model's worth: GradSA alone, Layrub alone, naive), LaySA's per-layer
 payloads and decoded update. One timeline per step, the peak of the sum is reported (rank 0,
 a steady-state step). Parameters themselves (the same in every variant) are listed apart.
-Cross-check: the process's peak RSS over the step (VmHWM, pimrt.layrub.memory.PeakMemory);
-on CPU the offloaded bytes stay in the same RAM (host pool), so RSS does not drop with them.
+Measured: every variant on the one yardstick, pimrt.memory_meter.MemoryMeter, over one
+window from the model's construction to the last timed step (rank 0): device memory (the
+peak of live storages; parameters included) and host memory (the HostPools of Layrub and
+LaySA). The ledger says where the device bytes go and is checked against the meter in
+tests/test_laysa.py.
 
 Largest batch within --budget: the ledger's peak is measured at two batch sizes, the batch
 that fits is predicted from the (linear) fit and verified by a real step; on a miss, bisection
@@ -124,41 +127,34 @@ class _Runner:
                     if s.get("momentum_buffer") is not None)
             self.ledger.set("momentum", m)
 
-    def step(self, x, y, measure_rss=False):
+    def step(self, x, y):
         import torch
-        from pimrt.layrub.memory import PeakMemory
         F = torch.nn.functional
         self.opt.zero_grad(set_to_none=True)
         if self.tracker is not None:
             self.tracker.reset()
             self._persistent()
         self.ledger.reset_peak()
-        mem = PeakMemory("cpu") if measure_rss else None
         t0 = time.perf_counter()
-        if mem:
-            mem.__enter__()
         ctx = self.laysa if self.laysa is not None else self.layrub
         with ctx:
             F.cross_entropy(self.net(x), y).backward()
         self.opt.step()
         dt = time.perf_counter() - t0
-        if mem:
-            mem.__exit__(None, None, None)
-        return dt, self.ledger.peak, dict(self.ledger.at_peak), (mem.peak if mem else None)
+        return dt, self.ledger.peak, dict(self.ledger.at_peak)
 
-    def measure(self, batch, steps, seed=0, rss=True):
+    def measure(self, batch, steps, seed=0):
         import torch
         g = torch.Generator().manual_seed(seed + self.rank)
         out = []
         for i in range(steps + 1):
             x = torch.randn(batch, 3, self.args_size, self.args_size, generator=g)
             y = torch.randint(0, 10, (batch,), generator=g)
-            out.append(self.step(x, y, measure_rss=rss and i > 0))
+            out.append(self.step(x, y))
         timed = out[1:]
         best = max(timed, key=lambda r: r[1])
         return {"batch": batch, "step_s": statistics.median(r[0] for r in timed),
-                "peak_bytes": best[1], "at_peak": best[2],
-                "rss_peak_bytes": max((r[3] or 0) for r in timed)}
+                "peak_bytes": best[1], "at_peak": best[2]}
 
     def close(self):
         if self.laysa is not None:
@@ -171,20 +167,22 @@ def _worker(rank, world, init_file, args, out_file):
     import torch
     import torch.distributed as dist
     from pimrt.layrub.errors import parse_bytes
-    from pimrt.layrub.memory import tune_malloc
+    from pimrt.memory_meter import MemoryMeter
     torch.set_num_threads(1)
-    tune_malloc()
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=600))
     variants = [v for v in args.variants.split(",") if v]
     rows = {}
     for v in variants:
-        r = _Runner(v, args, rank)
-        r.args_size = args.image_size
-        rows[v] = r.measure(args.batch, args.steps)
+        with MemoryMeter("cpu") as meter:     # the model, its state and the steps: one window
+            r = _Runner(v, args, rank)
+            r.args_size = args.image_size
+            rows[v] = r.measure(args.batch, args.steps)
         rows[v]["param_bytes"] = r.param_bytes
+        rows[v]["meter_device_bytes"] = meter.device_peak_bytes
+        rows[v]["meter_host_bytes"] = meter.host_peak_bytes
         if not args.no_search:
-            rows[v]["b2"] = r.measure(2 * args.batch, 1, rss=False)
+            rows[v]["b2"] = r.measure(2 * args.batch, 1)
         r.close()
         del r
     budget = None
@@ -209,7 +207,7 @@ def _worker(rank, world, init_file, args, out_file):
             for _ in range(10):            # bisection between the largest fit and the smallest miss
                 if bt <= lo:
                     break
-                m = r.measure(bt, 1, seed=7, rss=False)
+                m = r.measure(bt, 1, seed=7)
                 ok = torch.tensor([int(m["peak_bytes"] <= budget)])
                 dist.all_reduce(ok, op=dist.ReduceOp.MIN)
                 if int(ok):
@@ -264,18 +262,22 @@ def run(args) -> int:
     base = rows.get("gradsa")
     print(f"{args.model} at {args.image_size}x{args.image_size}, {args.nproc} ranks (gloo, CPU), "
           f"batch {args.batch} per rank, density {args.density}; parameters "
-          f"{_mib(next(iter(rows.values()))['param_bytes'])} MiB (not counted below)")
-    hdr = (f"{'variant':8} {'peak MiB':>9} {'saved':>8} {'grad':>7} {'res+mom':>8} {'comm':>7} "
-           f"{'upd':>6} {'vs GradSA':>9} {'RSS MiB':>8} {'step s':>7}")
+          f"{_mib(next(iter(rows.values()))['param_bytes'])} MiB (in the meter's device column, apart in the ledger)")
+    print("device/host MiB: the memory meter (pimrt.memory_meter) over the model's construction and "
+          "the steps, parameters included; ledger: where the device bytes go (parameters apart)")
+    hdr = (f"{'variant':8} {'device':>8} {'vs GradSA':>9} {'host':>7} {'ledger':>8} {'saved':>8} {'grad':>7} "
+           f"{'res+mom':>8} {'comm':>7} {'upd':>6} {'step s':>7}")
     if budget is not None:
         hdr += f" {'max batch':>9} {'img/s':>7} {'vs GradSA':>9}"
     print(hdr)
     for v, r in rows.items():
         a = r["at_peak"]
-        line = (f"{v:8} {_mib(r['peak_bytes']):>9} {_mib(a['saved']):>8} {_mib(a['grad']):>7} "
-                f"{_mib(a['residual'] + a['momentum']):>8} {_mib(a['comm']):>7} {_mib(a['update']):>6} "
-                f"{(100 * (r['peak_bytes'] / base['peak_bytes'] - 1) if base else 0):>+8.1f}% "
-                f"{_mib(r['rss_peak_bytes']):>8} {r['step_s']:>7.3f}")
+        dev = r["meter_device_bytes"]
+        line = (f"{v:8} {_mib(dev):>8} "
+                f"{(100 * (dev / base['meter_device_bytes'] - 1) if base else 0):>+8.1f}% "
+                f"{_mib(r['meter_host_bytes']):>7} {_mib(r['peak_bytes']):>8} {_mib(a['saved']):>8} "
+                f"{_mib(a['grad']):>7} {_mib(a['residual'] + a['momentum']):>8} {_mib(a['comm']):>7} "
+                f"{_mib(a['update']):>6} {r['step_s']:>7.3f}")
         if budget is not None:
             gain = 100 * (r["throughput"] / base["throughput"] - 1) if base and base["throughput"] else 0
             mb = (">=" if r["max_batch"] >= args.max_batch else "") + str(r["max_batch"])

@@ -9,8 +9,8 @@
     dgc       DGC as its public code sends it: GradSA's sparsifier and staleness compensation
               (same density and warm-up), but per layer an int32 count, fp32 values and int32
               (dgc) or int64 (dgc-int64) indices, no further encoding
-    powersgd  torch's PowerSGD hook (rank r, error feedback), bytes counted on the tensors it
-              hands to all_reduce
+    powersgd  torch's PowerSGD hook (rank r, error feedback), bytes counted on every tensor it
+              hands to all_reduce, its first start_powerSGD_iter dense steps included
 Sum order is rank order on every rank, so all ranks apply identical updates.
 """
 
@@ -227,6 +227,23 @@ class _CountingDist:
 _COUNTING = _CountingDist()
 
 
+class _CountingDefaultHooks:
+    """Stands in for torch's default_hooks inside the PowerSGD module: its first
+    start_powerSGD_iter steps (and 1-D buckets) go through default._allreduce_fut, a dense
+    fp32 all-reduce of the whole bucket that _CountingDist never sees; count it too."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def _allreduce_fut(self, process_group, tensor):
+        if _COUNTING.counter is not None:
+            _COUNTING.counter.allreduce(tensor.numel() * tensor.element_size(), dist.get_world_size(process_group))
+        return self.real._allreduce_fut(process_group, tensor)
+
+
 class PowerSGDWrapState(BaselineState):
     def __init__(self, process_group=None, rank: int = 4, start_iter: int = 2, seed: int = 0):
         super().__init__(process_group, seed)
@@ -235,6 +252,8 @@ class PowerSGDWrapState(BaselineState):
             raise GradSAError(f"PowerSGD rank must be >= 1, got {rank}")
         self.psgd = psgd
         psgd.dist = _COUNTING  # the module's own `dist` global; every all_reduce now counted
+        if not isinstance(psgd.default, _CountingDefaultHooks):
+            psgd.default = _CountingDefaultHooks(psgd.default)   # and its dense warm-up steps
         # start_iter >= 2: torch requires vanilla all-reduce until DDP has rebuilt its buckets.
         self.inner = psgd.PowerSGDState(process_group=process_group, matrix_approximation_rank=rank,
                                         start_powerSGD_iter=max(2, start_iter), random_seed=seed,

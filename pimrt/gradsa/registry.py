@@ -13,8 +13,11 @@ decay (GradSA and DGC apply both inside the hook, as momentum correction require
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Callable
+
+import torch.distributed as dist
 
 from pimrt.gradsa import baselines as bl
 from pimrt.gradsa.encoding import INDEX_CODECS, VALUE_CODECS
@@ -30,7 +33,10 @@ class CompressorOptions:
     warmup_start_density: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 0.0
-    clip_norm: float = 0.0
+    clip_norm: float | None = None     # per-layer local clipping; None: the compressor's default
+    clip_scale: bool = True            # DGC: the threshold scaled by world_size ** -0.5
+    masking: bool = True               # momentum factor masking
+    world_size: int = 1                # set by build() from the process group
     value_codec: str = "int8"
     index_codec: str = "auto"
     stale_age: int = 0
@@ -44,8 +50,9 @@ class CompressorOptions:
         if self.density is not None and self.ratio is not None:
             raise GradSAError("give either a density or a ratio, not both")
         if self.ratio is not None:
-            if not self.ratio >= 1.0:
-                raise GradSAError(f"impossible compression ratio {self.ratio}: it must be >= 1")
+            if not (math.isfinite(self.ratio) and self.ratio >= 1.0):
+                raise GradSAError(f"impossible compression ratio {self.ratio} (--ratio): it must be a finite "
+                                  f"number >= 1")
             return 1.0 / self.ratio
         d = 0.001 if self.density is None else self.density
         if not 0.0 < d <= 1.0:
@@ -53,20 +60,31 @@ class CompressorOptions:
         return d
 
     def validate(self) -> "CompressorOptions":
+        if not 0.0 < self.warmup_start_density <= 1.0:   # 0 would silently mean "no warm-up"
+            raise GradSAError(f"impossible warm-up start density {self.warmup_start_density} "
+                              f"(--warmup-start-density): it must be in (0, 1]")
         self.sparse_config()
         if self.value_codec not in VALUE_CODECS:
             raise GradSAError(f"unknown value codec {self.value_codec!r}; valid: {', '.join(VALUE_CODECS)}")
         if self.index_codec not in ("auto",) + INDEX_CODECS:
             raise GradSAError(f"unknown index codec {self.index_codec!r}; valid: auto, {', '.join(INDEX_CODECS)}")
+        if self.clip_norm is not None and not (math.isfinite(self.clip_norm) and self.clip_norm >= 0):
+            raise GradSAError(f"impossible clipping norm {self.clip_norm} (--clip-norm): it must be a finite "
+                              f"number >= 0 (0: off)")
         if self.powersgd_rank < 1:
             raise GradSAError(f"PowerSGD rank must be >= 1, got {self.powersgd_rank}")
         return self
+
+    def effective_clip(self) -> float:
+        """The per-layer clipping norm the hook applies: clip_norm, times N^-1/2 with clip_scale."""
+        c = self.clip_norm or 0.0
+        return c * self.world_size ** -0.5 if self.clip_scale else c
 
     def sparse_config(self) -> SparseConfig:
         d = self.final_density()
         return SparseConfig(density=d, warmup_steps=self.warmup_steps,
                             warmup_start_density=max(d, self.warmup_start_density), momentum=self.momentum,
-                            weight_decay=self.weight_decay, clip_norm=self.clip_norm,
+                            masking=self.masking, weight_decay=self.weight_decay, clip_norm=self.effective_clip(),
                             stale_age=self.stale_age, stale_decay=self.stale_decay, seed=self.seed).validate()
 
 
@@ -77,6 +95,8 @@ class Spec:
     build: Callable
     momentum_in_hook: bool = False
     single_bucket: bool = False   # register with one DDP bucket (see PowerSGD below)
+    clip_norm: float = 0.0        # default per-layer local clipping (before the N^-1/2 scaling)
+    lr_warmup: bool = False       # the trainer warms the learning rate up over --warmup-steps
 
 
 def _gradsa(model, group, o):
@@ -95,14 +115,18 @@ def _simple(hook):
     return build
 
 
+# DGC's own recipe (Lin et al. 2018): local clipping scaled by N^-1/2, momentum correction and
+# masking (GradSAState's defaults), density warm-up (warmup_steps) and learning-rate warm-up.
+DGC_RECIPE = {"clip_norm": 1.0, "lr_warmup": True}
+
 COMPRESSORS: dict[str, Spec] = {s.name: s for s in [
     Spec("gradsa", "layer-wise sparse, momentum-corrected, compactly encoded (pimrt)", _gradsa, True),
     Spec("dense", "fp32 all-reduce (reference)", _simple(bl.dense_hook)),
     Spec("fp16", "fp16 all-reduce", _simple(bl.fp16_hook)),
     Spec("int8", "8-bit quantization, per-layer scale", _simple(bl.int8_hook)),
     Spec("terngrad", "TernGrad, 2-bit packed", _simple(bl.terngrad_hook)),
-    Spec("dgc", "DGC as public code sends it: fp32 values + int32 indices", _dgc(32), True),
-    Spec("dgc-int64", "DGC with int64 indices (torch.nonzero's dtype)", _dgc(64), True),
+    Spec("dgc", "DGC as public code sends it: fp32 values + int32 indices", _dgc(32), True, **DGC_RECIPE),
+    Spec("dgc-int64", "DGC with int64 indices (torch.nonzero's dtype)", _dgc(64), True, **DGC_RECIPE),
     Spec("powersgd", "torch's PowerSGD hook (low rank, error feedback)",
          lambda m, g, o: (bl.PowerSGDWrapState(g, o.powersgd_rank, o.powersgd_start, o.seed), bl.powersgd_hook),
          single_bucket=True),
@@ -119,4 +143,11 @@ def get(name: str) -> Spec:
 def build(name: str, model, process_group=None, options: CompressorOptions | None = None):
     """(state, hook) for DDP's register_comm_hook; `model` is the module DDP wraps."""
     spec = get(name)
-    return spec.build(model, process_group, (options or CompressorOptions()).validate())
+    return spec.build(model, process_group, resolve(spec, options, process_group).validate())
+
+
+def resolve(spec: Spec, options: CompressorOptions | None, process_group=None) -> CompressorOptions:
+    """The options with the compressor's defaults filled in and the group's world size."""
+    o = options or CompressorOptions()
+    world = dist.get_world_size(process_group) if dist.is_initialized() else o.world_size
+    return replace(o, clip_norm=spec.clip_norm if o.clip_norm is None else o.clip_norm, world_size=world)

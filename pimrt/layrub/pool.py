@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from pimrt.memory_meter import host_buffer
+
 from pimrt.layrub.errors import LayrubBudgetError, fmt_bytes
 
 ALIGN = 512    # bytes: DMA-friendly alignment of every block
@@ -32,7 +34,7 @@ class Block:
 
 class _Chunk:
     def __init__(self, nbytes: int, pinned: bool):
-        self.buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+        self.buf = host_buffer(lambda: torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned))
         if not pinned:
             self.buf.zero_()            # touch the pages now: the pool is resident up front
         self.size = nbytes

@@ -1,30 +1,57 @@
 """Per-rank checkpoints: model, optimizer, compressor state (GradSA residual and momentum per
-parameter name), counters and position. Each rank writes its own file because residuals are
-local to a rank; a resume checks every piece against the run and names any mismatch."""
+parameter name), counters, RNG and position (epoch, batches done in it). Each rank writes its
+own file because residuals are local to a rank.
+
+Safe to load: a checkpoint holds only tensors and plain types (dicts, lists, str, int, float,
+bool, None) and is read with `torch.load(weights_only=True)`, so a file from elsewhere cannot
+run code. Safe to write: the blob goes to `NAME.tmp`, is flushed and fsynced, then renamed
+over NAME (and the directory fsynced), so a crash mid-write leaves the last good checkpoint.
+A resume checks every piece against the run and names the file and any mismatch."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import torch
 
 from pimrt.gradsa.errors import GradSAError
 
-FORMAT = 1
+FORMAT = 2
 
 
 def path_for(out: Path, rank: int) -> Path:
     return Path(out) / f"checkpoint-rank{rank}.pt"
 
 
-def save(path: Path, *, model, optimizer, compressor: str, comp_state, epoch: int, step: int,
-         world: int, extra: dict | None = None) -> None:
-    blob = {"format": FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "compressor": compressor, "compressor_state": comp_state.state_dict(), "epoch": epoch,
-            "step": step, "world_size": world, "rng": torch.get_rng_state(), "extra": extra or {}}
-    tmp = Path(str(path) + ".tmp")
-    torch.save(blob, tmp)
+def write_atomic(blob: dict, path: Path) -> None:
+    """torch.save to PATH.tmp, flush, fsync, rename over PATH, fsync the directory."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(blob, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save(path: Path, *, model, optimizer, compressor: str, comp_state, epoch: int, step: int,
+         world: int, batch: int = 0, epoch_done: bool = True, model_name: str = "",
+         extra: dict | None = None) -> None:
+    """`batch`: batches of `epoch` already trained (0 with epoch_done: the epoch is finished)."""
+    blob = {"format": FORMAT, "model_name": model_name, "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(), "compressor": compressor,
+            "compressor_state": comp_state.state_dict(), "epoch": epoch, "step": step, "batch": batch,
+            "epoch_done": epoch_done, "world_size": world, "rng": torch.get_rng_state(), "extra": extra or {}}
+    write_atomic(blob, path)
 
 
 def check_model(saved: dict, model) -> None:
@@ -44,26 +71,47 @@ def check_model(saved: dict, model) -> None:
                               f"is in the model but not in the checkpoint")
 
 
-def load(path: Path, *, model, optimizer, compressor: str, comp_state, world: int, device) -> dict:
-    """Restore everything in place; returns {'epoch', 'step', 'extra'}."""
+def read(path: Path) -> dict:
+    """The blob of a checkpoint file, read with weights_only=True; GradSAError naming the file."""
     path = Path(path)
     if not path.is_file():
         raise GradSAError(f"cannot resume: no checkpoint {path}")
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=False)
+        blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise GradSAError(f"cannot resume: {path} is not a readable checkpoint: {exc}") from exc
-    if blob.get("format") != FORMAT:
-        raise GradSAError(f"cannot resume: {path} has checkpoint format {blob.get('format')}, expected {FORMAT}")
+        text = str(exc)
+        found = re.search(r"Unsupported global: (GLOBAL \S+)", text)
+        if found:
+            raise GradSAError(f"cannot resume: {path} is not loadable with torch.load(weights_only=True): it "
+                              f"holds {found.group(1)} (only tensors and plain types are trusted)") from None
+        detail = re.search(r"WeightsUnpickler error: \s*([^\n]+)", text)
+        first = detail.group(1) if detail else (text.strip().splitlines() or [type(exc).__name__])[0]
+        raise GradSAError(f"cannot resume: {path} is not a readable checkpoint: {first}") from None
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+        got = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
+        raise GradSAError(f"cannot resume: {path} has checkpoint format {got}, expected {FORMAT}")
+    return blob
+
+
+def load(path: Path, *, model, optimizer, compressor: str, comp_state, world: int, device,
+         model_name: str = "") -> dict:
+    """Restore model, optimizer and compressor in place; returns {'epoch', 'step', 'batch',
+    'epoch_done', 'rng', 'extra'} (the caller restores the RNG where the saved run stood)."""
+    blob = read(path)
+    if model_name and blob.get("model_name") and blob["model_name"] != model_name:
+        raise GradSAError(f"cannot resume from {path}: it was written for model {blob['model_name']!r}, "
+                          f"this run trains {model_name!r}")
     if blob["compressor"] != compressor:
-        raise GradSAError(f"cannot resume: checkpoint was written with compressor {blob['compressor']!r}, "
-                          f"this run uses {compressor!r}")
+        raise GradSAError(f"cannot resume from {path}: checkpoint was written with compressor "
+                          f"{blob['compressor']!r}, this run uses {compressor!r}")
     if blob["world_size"] != world:
-        raise GradSAError(f"cannot resume: checkpoint was written by {blob['world_size']} ranks, this run has "
-                          f"{world} (residuals are per rank)")
-    check_model(blob["model"], model)
+        raise GradSAError(f"cannot resume from {path}: checkpoint was written by {blob['world_size']} ranks, "
+                          f"this run has {world} (residuals are per rank)")
+    try:
+        check_model(blob["model"], model)
+    except GradSAError as exc:
+        raise GradSAError(f"cannot resume from {path}: {exc}") from None
     model.load_state_dict(blob["model"])
     optimizer.load_state_dict(blob["optimizer"])
     comp_state.load_state_dict(blob["compressor_state"], device=device)
-    torch.set_rng_state(blob["rng"])
-    return {"epoch": blob["epoch"], "step": blob["step"], "extra": blob.get("extra", {})}
+    return {k: blob[k] for k in ("epoch", "step", "batch", "epoch_done", "rng", "extra")}

@@ -27,7 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
     a("--index-codec", default="auto", help="auto, varint, bitpack, rice, bitmap")
     a("--stale-age", type=int, default=0, help="age-aware damping of residuals held longer (0: off)")
     a("--stale-decay", type=float, default=1.0)
-    a("--clip-norm", type=float, default=0.0, help="per-layer local gradient clipping (0: off)")
+    a("--clip-norm", type=float, default=None, help="per-layer local gradient clipping norm, scaled by "
+      "world_size^-1/2 (0: off; default 1.0 for dgc, off otherwise)")
+    a("--no-clip-scaling", action="store_true", help="clip at --clip-norm itself, not scaled by world_size^-1/2")
+    a("--no-momentum-correction", action="store_true", help="gradsa/dgc: momentum and weight decay in the "
+      "optimizer after the exchange, not accumulated in the hook")
+    a("--no-momentum-masking", action="store_true", help="gradsa/dgc: keep the momentum of sent elements")
+    a("--lr-warmup-steps", type=int, default=None, help="linear learning-rate warm-up (0: off; default: "
+      "--warmup-steps for dgc, 0 otherwise)")
     a("--powersgd-rank", type=int, default=4)
     a("--epochs", type=int, default=3)
     a("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
@@ -39,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--seed", type=int, default=0)
     a("--out", default="results/train", help="directory for metrics.csv, summary.json, checkpoints")
     a("--resume", action="store_true", help="continue from the checkpoints in --out")
+    a("--checkpoint-every", type=int, default=0, metavar="K",
+      help="also checkpoint every K steps (0: at each epoch's end only)")
     a("--timeout", type=float, default=120.0, help="collective timeout in seconds (dead-rank bound)")
     a("--device", default="auto", choices=("auto", "cpu", "cuda"))
     a("--threads", type=int, default=1, help="torch threads per rank")
@@ -51,14 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv=None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     validate(args)
+    if args.lr_warmup_steps is None:    # DGC's recipe warms the learning rate up with the density
+        args.lr_warmup_steps = args.warmup_steps if registry.get(args.compressor).lr_warmup else 0
     return args
 
 
+def momentum_in_hook(args) -> bool:
+    """Whether the hook applies momentum and weight decay (momentum correction): gradsa and dgc
+    unless --no-momentum-correction; the optimizer then has neither."""
+    return registry.get(args.compressor).momentum_in_hook and not args.no_momentum_correction
+
+
 def compressor_options(args) -> registry.CompressorOptions:
+    plain = args.no_momentum_correction
     return registry.CompressorOptions(
         density=args.density, ratio=args.ratio, warmup_steps=args.warmup_steps,
-        warmup_start_density=args.warmup_start_density, momentum=args.momentum,
-        weight_decay=args.weight_decay, clip_norm=args.clip_norm, value_codec=args.value_codec,
+        warmup_start_density=args.warmup_start_density, momentum=0.0 if plain else args.momentum,
+        weight_decay=0.0 if plain else args.weight_decay, clip_norm=args.clip_norm,
+        clip_scale=not args.no_clip_scaling, masking=not args.no_momentum_masking, value_codec=args.value_codec,
         index_codec=args.index_codec, stale_age=args.stale_age, stale_decay=args.stale_decay,
         powersgd_rank=args.powersgd_rank, seed=args.seed)
 
@@ -72,6 +91,10 @@ def validate(args) -> None:
     for name in ("epochs", "batch_size", "image_size", "channels", "threads"):
         if getattr(args, name) < 1:
             raise GradSAError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.lr_warmup_steps is not None and args.lr_warmup_steps < 0:
+        raise GradSAError(f"--lr-warmup-steps must be >= 0, got {args.lr_warmup_steps}")
+    if args.checkpoint_every < 0:
+        raise GradSAError(f"--checkpoint-every must be >= 0 steps, got {args.checkpoint_every}")
     if args.lr <= 0:
         raise GradSAError(f"--lr must be > 0, got {args.lr}")
     if args.timeout <= 0:

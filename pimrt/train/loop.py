@@ -29,9 +29,12 @@ HANG_ENV = "PIMRT_TRAIN_HANG_AT"  # testing only: "RANK:STEP" makes that rank st
 
 
 def lr_at(args, step: int, total: int) -> float:
+    """The schedule's rate at `step` (0-based), times a linear warm-up over args.lr_warmup_steps."""
+    warm = getattr(args, "lr_warmup_steps", 0) or 0
+    scale = min(1.0, (step + 1) / warm) if warm else 1.0
     if args.lr_schedule == "const" or total <= 0:
-        return args.lr
-    return args.lr * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+        return args.lr * scale
+    return scale * args.lr * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
 
 
 @torch.no_grad()
@@ -78,7 +81,7 @@ def train(args, rank: int, world: int, device) -> dict:
               bucket_cap_mb=max(args.bucket_cap_mb, whole) if spec.single_bucket else args.bucket_cap_mb)
     state, hook = registry.build(args.compressor, model, None, cli.compressor_options(args))
     ddp.register_comm_hook(state, hook)
-    in_hook = spec.momentum_in_hook
+    in_hook = cli.momentum_in_hook(args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.0 if in_hook else args.momentum,
                           weight_decay=0.0 if in_hook else args.weight_decay)
     sampler = DistributedSampler(train_ds, num_replicas=world, rank=rank, shuffle=True, seed=args.seed,
@@ -91,13 +94,21 @@ def train(args, rank: int, world: int, device) -> dict:
     if args.max_steps:
         total = min(total, args.max_steps)
 
-    start_epoch, step, history = 0, 0, []
+    start_epoch, step, history, skip, rng = 0, 0, [], 0, None
     ckpt = checkpoint.path_for(out, rank)
     if args.resume:
         info = checkpoint.load(ckpt, model=model, optimizer=opt, compressor=args.compressor, comp_state=state,
-                               world=world, device=device)
-        start_epoch, step = info["epoch"] + 1, info["step"]
-        history = info["extra"].get("test_acc", [])
+                               world=world, device=device, model_name=args.model)
+        step, history, rng = info["step"], list(info["extra"].get("test_acc", [])), info["rng"]
+        start_epoch, skip = (info["epoch"] + 1, 0) if info["epoch_done"] else (info["epoch"], info["batch"])
+        if not skip:                    # at an epoch's end: the next epoch starts from this RNG
+            torch.set_rng_state(rng)
+
+    def save(epoch, done_in_epoch):
+        full = done_in_epoch >= len(loader)
+        checkpoint.save(ckpt, model=model, optimizer=opt, compressor=args.compressor, comp_state=state,
+                        epoch=epoch, step=step, world=world, batch=0 if full else done_in_epoch,
+                        epoch_done=full, model_name=args.model, extra={"test_acc": history})
     metrics_path = out / "metrics.csv"
     writer = fh = None
     if rank == 0:
@@ -132,8 +143,14 @@ def train(args, rank: int, world: int, device) -> dict:
             if step >= total:
                 break
             sampler.set_epoch(epoch)
-            it = tqdm(loader, desc=f"epoch {epoch + 1}/{args.epochs}", leave=False, file=sys.stdout) \
-                if progress else loader
+            batches, done_in_epoch = iter(loader), 0   # iter() draws from the global RNG
+            if skip:                    # resumed mid-epoch: the same batches, then the saved RNG
+                for _ in range(skip):
+                    next(batches)
+                done_in_epoch, skip = skip, 0
+                torch.set_rng_state(rng)
+            it = tqdm(batches, total=len(loader) - done_in_epoch, desc=f"epoch {epoch + 1}/{args.epochs}",
+                      leave=False, file=sys.stdout) if progress else batches
             for x, y in it:
                 if rank == die_rank and step == die_step:
                     os._exit(17)
@@ -151,6 +168,7 @@ def train(args, rank: int, world: int, device) -> dict:
                 opt.step()
                 dt = time.perf_counter() - t0
                 step += 1
+                done_in_epoch += 1
                 step_times.append(dt)
                 sent, dense = c.bytes_sent - before[0], c.dense_bytes - before[1]
                 acc = float((logits.argmax(1) == y.to(device)).float().mean())
@@ -162,6 +180,11 @@ def train(args, rank: int, world: int, device) -> dict:
                                      "density": f"{density:.6g}", "lr": f"{lr:.6g}", "test_acc": ""})
                 if progress:
                     it.set_postfix(loss=f"{float(loss.detach()):.3f}", ratio=f"{c.ratio:.0f}x")
+                if args.checkpoint_every and step % args.checkpoint_every == 0 and done_in_epoch < len(loader):
+                    if fh:
+                        fh.flush()
+                    save(epoch, done_in_epoch)
+                    watchdog.beat(f"step {step} checkpoint")
                 if step >= total:
                     break
             watchdog.beat(f"epoch {epoch + 1} evaluation")
@@ -173,8 +196,7 @@ def train(args, rank: int, world: int, device) -> dict:
                 print(f"epoch {epoch + 1}/{args.epochs} step {step} test acc {100 * test_acc:.2f}% "
                       f"sent {c.bytes_sent / 1e6:.3f} MB / dense {c.dense_bytes / 1e6:.1f} MB "
                       f"= {c.ratio:.1f}x", flush=True)
-            checkpoint.save(ckpt, model=model, optimizer=opt, compressor=args.compressor, comp_state=state,
-                            epoch=epoch, step=step, world=world, extra={"test_acc": history})
+            save(epoch, done_in_epoch)
             watchdog.beat(f"epoch {epoch + 1} checkpoint")
         digest = params_digest(model)
         digests = [None] * world
