@@ -125,6 +125,10 @@ typedef struct channel {
     int scan_valid;            /* scan_ready holds since the last full scan: nothing issued */
     tick scan_ready;           /* earliest cycle any candidate of that scan can issue */
     uint64_t mode_switches, epochs;
+    /* the watchdog (scheduler.c): refreshes and hand-overs since the channel last served a
+     * request while it had work it must serve, and the cycle of that last service */
+    uint64_t stuck_rounds;
+    tick served_at;
     req_stats rs[MC_NUM_REQ];
 } channel;
 
@@ -160,6 +164,8 @@ struct mc_sim {
     const struct mc_policy *policy;
     int partition_banks;       /* policy->partition_banks, at hand */
     char err[512];
+    int err_code;              /* the code of the error in err (MC_ERR_*) */
+    int finished;              /* mc_finish ran: no more records */
     int nch;                   /* channels x pseudo-channels */
     int nbanks;                /* banks per channel */
     int pim_scope_count;
@@ -236,6 +242,9 @@ typedef struct mc_policy {
 } mc_policy;
 
 const mc_policy *mc_find_policy(const char *name);
+
+/* sim.c */
+int64_t mc_refresh_service(const mc_config *k);
 
 /* address.c */
 void mc_address_init(mc_sim *sim);

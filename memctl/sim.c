@@ -6,39 +6,91 @@
 
 #include "internal.h"
 
+/* The worst service of one request from a freshly refreshed rank, and the cycles between two
+ * refreshes that block it (every rank's refresh blocks the PIM's all-bank commands): a part
+ * must leave refresh at most half the time, and room for that service between refreshes, or
+ * a request could wait forever (pimrt/memctl/config.py states the same rule). */
+int64_t mc_refresh_service(const mc_config *k)
+{
+    int64_t s = (int64_t)k->tRP + MAXT(k->tRCDRD, k->tRCDWR) + k->tRC +
+                MAXT((int64_t)k->CL, (int64_t)k->CWL + k->burst + k->tWR) + k->tFAW + k->tCCD_L +
+                k->tWTR_L + k->tRTP + k->tRRD_L + k->tRTRS;
+    if (k->pim_enabled) s += 2 * (int64_t)k->mode_switch_cycles + k->pim_column_cycles;
+    return s;
+}
+
 static int check_config(mc_sim *sim, const mc_config *k)
 {
 #define NEED(cond, ...) \
     do { if (!(cond)) return mc_set_error(sim, MC_ERR_CONFIG, __VA_ARGS__); } while (0)
     NEED(k->channels > 0 && k->pseudo_channels > 0, "channels and pseudo_channels must be > 0");
-    NEED(k->channels * k->pseudo_channels <= MC_MAX_CHANNELS, "at most %d channels x pseudo_channels",
-         MC_MAX_CHANNELS);
+    NEED((int64_t)k->channels * k->pseudo_channels <= MC_MAX_CHANNELS,
+         "at most %d channels x pseudo_channels", MC_MAX_CHANNELS);
     NEED(k->ranks <= 8, "at most 8 ranks per channel");
     NEED(k->ranks > 0 && k->bankgroups > 0 && k->banks_per_group > 0,
          "ranks, bankgroups and banks_per_group must be > 0");
-    NEED(k->ranks * k->bankgroups * k->banks_per_group <= MC_MAX_BANKS,
+    NEED((int64_t)k->ranks * k->bankgroups * k->banks_per_group <= MC_MAX_BANKS,
          "at most %d banks per channel (ranks x bankgroups x banks_per_group)", MC_MAX_BANKS);
     NEED(k->rows > 0 && k->columns > 0, "rows and columns must be > 0");
-    NEED(k->request_bytes > 0, "request_bytes must be > 0");
+    NEED(k->request_bytes > 0 && k->request_bytes <= (1 << 20),
+         "request_bytes must be in 1..%d", 1 << 20);
     NEED(k->burst > 0, "burst must be > 0");
+    const int times[] = {k->CL, k->CWL, k->tRCDRD, k->tRCDWR, k->tRP, k->tRAS, k->tRC, k->tCCD_S,
+                         k->tCCD_L, k->tRRD_S, k->tRRD_L, k->tFAW, k->tWR, k->tWTR_S, k->tWTR_L,
+                         k->tRTP, k->tRTRS, k->tREFI, k->tRFC, k->mode_switch_cycles,
+                         k->pim_column_cycles};
+    for (size_t i = 0; i < sizeof times / sizeof times[0]; i++)
+        NEED(times[i] >= 0, "timing parameters must be >= 0 (found %d)", times[i]);
     NEED(k->tRAS <= k->tRC, "tRAS (%d) > tRC (%d)", k->tRAS, k->tRC);
     NEED(k->tRCDRD > 0 && k->tRCDWR > 0 && k->tRP > 0 && k->tRAS > 0, "tRCD, tRP, tRAS must be > 0");
     NEED(k->CL > 0 && k->CWL >= 0, "CL must be > 0 and CWL >= 0");
-    NEED(k->CL + k->burst + k->tRTRS >= k->CWL, "CL + burst + tRTRS must be >= CWL");
-    NEED(k->queue_depth > 0, "queue_depth must be > 0");
-    NEED(k->host_queue_depth >= 0, "host_queue_depth must be >= 0");
-    NEED(k->bank_queue_depth >= 0, "bank_queue_depth must be >= 0");
+    NEED((int64_t)k->CL + k->burst + k->tRTRS >= k->CWL, "CL + burst + tRTRS must be >= CWL");
+    NEED(k->queue_depth > 0 && k->queue_depth <= MC_MAX_QUEUE, "queue_depth must be in 1..%d",
+         MC_MAX_QUEUE);
+    NEED(k->host_queue_depth >= 0 && k->host_queue_depth <= MC_MAX_QUEUE,
+         "host_queue_depth must be in 0..%d", MC_MAX_QUEUE);
+    NEED(k->bank_queue_depth >= 0 && k->bank_queue_depth <= MC_MAX_QUEUE,
+         "bank_queue_depth must be in 0..%d", MC_MAX_QUEUE);
+    NEED(k->row_hit_cap >= 0, "row_hit_cap must be >= 0");
     NEED(k->write_low >= 0 && k->write_low < k->write_high && k->write_high <= k->queue_depth,
          "need 0 <= write_low_watermark < write_high_watermark <= queue_depth");
     NEED(k->issue_width > 0, "issue_width must be > 0");
+    NEED(k->host_hwm >= 0 && k->pim_hwm >= 0, "high watermarks must be >= 0");
+    NEED(k->host_lwm >= -1 && k->pim_lwm >= -1, "low watermarks must be >= -1");
+    NEED(k->epoch_cap >= 0 && k->epoch_cap <= MC_MAX_CYCLE && k->min_epoch >= 0 &&
+             k->min_epoch <= MC_MAX_CYCLE,
+         "epoch_cap and min_epoch must be in 0..%lld", (long long)MC_MAX_CYCLE);
     NEED(!k->refresh || (k->tREFI > 0 && k->tRFC > 0 && k->tRFC < k->tREFI),
          "refresh needs 0 < tRFC < tREFI");
+    if (k->refresh) {
+        int64_t blocking = k->pim_enabled ? k->ranks : 1;
+        NEED(2 * blocking * k->tRFC <= k->tREFI,
+             "refresh takes %lld x tRFC = %lld of every tREFI = %d cycles (%.1f%%); at most 50%% "
+             "is allowed", (long long)blocking, (long long)(blocking * k->tRFC), k->tREFI,
+             100.0 * (double)(blocking * k->tRFC) / k->tREFI);
+        int64_t window = k->tREFI / blocking - k->tRFC, need = mc_refresh_service(k);
+        NEED(need <= window,
+             "the %lld cycles between two refreshes (tREFI / %lld - tRFC) are fewer than one "
+             "request's longest service (%lld cycles)", (long long)window, (long long)blocking,
+             (long long)need);
+    }
     NEED(k->map_count > 0 && k->map_count <= MC_F_COUNT, "address mapping has no fields");
+    NEED(k->offset_bits >= 0 && k->offset_bits <= 20 && (1 << k->offset_bits) == k->request_bytes,
+         "offset_bits (%d) must be log2(request_bytes %d)", k->offset_bits, k->request_bytes);
+    const int counts[MC_F_COUNT] = {
+        [MC_F_ROW] = k->rows, [MC_F_RANK] = k->ranks, [MC_F_BANKGROUP] = k->bankgroups,
+        [MC_F_BANK] = k->banks_per_group, [MC_F_CHANNEL] = k->channels,
+        [MC_F_PCH] = k->pseudo_channels, [MC_F_COLUMN] = k->columns};
     int bits = k->offset_bits;
     for (int i = 0; i < k->map_count; i++) {
         NEED(k->map_fields[i] >= 0 && k->map_fields[i] < MC_F_COUNT, "bad address field %d",
              k->map_fields[i]);
-        NEED(k->map_bits[i] >= 0 && k->map_bits[i] < 40, "bad address field width %d", k->map_bits[i]);
+        NEED(k->map_bits[i] >= 0 && k->map_bits[i] <= 30, "bad address field width %d",
+             k->map_bits[i]);
+        NEED((1 << k->map_bits[i]) <= counts[k->map_fields[i]],
+             "address field %d has %d bits: values up to %d, beyond its count %d",
+             k->map_fields[i], k->map_bits[i], (1 << k->map_bits[i]) - 1,
+             counts[k->map_fields[i]]);
         bits += k->map_bits[i];
     }
     NEED(bits <= 62, "address mapping needs %d bits", bits);
@@ -48,11 +100,21 @@ static int check_config(mc_sim *sim, const mc_config *k)
 #undef NEED
 }
 
+/* the caller's error buffer: written only when it has room */
+static void set_err(char *err, int errlen, const char *msg)
+{
+    if (err && errlen > 0) snprintf(err, (size_t)errlen, "%s", msg);
+}
+
 mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
 {
+    if (!cfg) {
+        set_err(err, errlen, "no configuration (NULL)");
+        return NULL;
+    }
     mc_sim *sim = calloc(1, sizeof *sim);
     if (!sim) {
-        snprintf(err, (size_t)errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         return NULL;
     }
     sim->cfg = *cfg;
@@ -65,11 +127,16 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
                               "unknown policy '%s' (serial, bank_partition, authority)",
                               sim->cfg.policy);
     }
+    if (rc) { /* (nothing below may run on a config that failed its checks) */
+        set_err(err, errlen, sim->err);
+        free(sim);
+        return NULL;
+    }
     const mc_config *k = &sim->cfg;
     sim->nch = k->channels * k->pseudo_channels;
     sim->nbanks = k->ranks * k->bankgroups * k->banks_per_group;
     uint64_t all = sim->nbanks == 64 ? ~0ull : ((1ull << sim->nbanks) - 1);
-    if (!rc && sim->policy->partition_banks) {
+    if (sim->policy->partition_banks) {
         if (!k->pim_enabled)
             rc = mc_set_error(sim, MC_ERR_CONFIG, "bank_partition needs a part with PIM units");
         sim->pim_scope = k->pim_bank_mask & all;
@@ -82,7 +149,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         sim->host_banks = all;
     }
     if (rc) {
-        snprintf(err, (size_t)errlen, "%s", sim->err);
+        set_err(err, errlen, sim->err);
         free(sim);
         return NULL;
     }
@@ -150,7 +217,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         mc_stats_init_channel(sim, c);
     }
     if (!ok) {
-        snprintf(err, (size_t)errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         mc_free(sim);
         return NULL;
     }
@@ -241,7 +308,7 @@ static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
             if (c->next_event <= t) mc_channel_step(sim, c, t);
             if (c->next_event < next) next = c->next_event;
         }
-        if (sim->err[0]) return MC_ERR_MEMORY;
+        if (sim->err[0]) return sim->err_code ? sim->err_code : MC_ERR_STATE;
         if (next >= NEVER) {
             if (!recs) {
                 if (sim->outstanding)
@@ -274,8 +341,22 @@ static void no_more_records(mc_sim *sim)
 
 int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed)
 {
+    if (!sim) return MC_ERR_ARG;
+    if (!consumed || (!recs && n > 0))
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed: NULL %s", consumed ? "records" : "consumed");
     *consumed = 0;
     if (sim->err[0]) return MC_ERR_STATE;
+    if (sim->finished)
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed after mc_finish: the run is over");
+    static const mc_record none; /* (n == 0: never read; run() takes NULL for mc_finish) */
+    if (!recs) recs = &none;
+    for (uint64_t i = 0; i < n; i++) /* (a compare per record: cheap beside simulating it) */
+        if ((recs[i].op == MC_READ || recs[i].op == MC_WRITE) && recs[i].cycle > (uint64_t)MC_MAX_CYCLE)
+            return mc_set_error(sim, MC_ERR_TRACE,
+                                "record %llu: arrival cycle %llu is beyond the latest the "
+                                "simulator represents (2^60 = %lld)",
+                                (unsigned long long)(sim->base + i),
+                                (unsigned long long)recs[i].cycle, (long long)MC_MAX_CYCLE);
     if (last && !sim->fe_done) no_more_records(sim);
     else sim->fe_done = last != 0;
     for (int k = 0; k < sim->cursors; k++) /* new records: wake cursors that ran out */
@@ -290,7 +371,9 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
 
 int mc_finish(mc_sim *sim)
 {
+    if (!sim) return MC_ERR_ARG;
     if (sim->err[0]) return MC_ERR_STATE;
+    sim->finished = 1;
     if (!sim->fe_done) no_more_records(sim);
     int rc = run(sim, NULL, 0);
     if (rc == MC_OK) { /* close the cycle accounting at the end of the run */

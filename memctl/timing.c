@@ -129,7 +129,7 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
     bk->hits++;
     c->dirty_mask |= 1ull << b;
     if (dir == DIR_RD) {
-        const tick rd_to_wr = t + (k->CL + B - k->CWL + k->tRTRS);
+        const tick rd_to_wr = t + ((tick)k->CL + B - k->CWL + k->tRTRS); /* 64-bit sums */
         bk->next_pre = MAXT(bk->next_pre, t + k->tRTP);
         for (int r = 0; r < k->ranks; r++) { /* the other ranks (tRTRS) */
             if (r == ri) continue;
@@ -144,7 +144,7 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
          * RD moved only the group's next_rd */
         group_moved(sim, c->ready_at[CAND_RD], gi, g->next_rd);
     } else {
-        const tick wr_to_rd_o = t + MAXT(0, k->CWL + B + k->tRTRS - k->CL);
+        const tick wr_to_rd_o = t + MAXT(0, (tick)k->CWL + B + k->tRTRS - k->CL);
         bk->next_pre = MAXT(bk->next_pre, t + k->CWL + B + k->tWR);
         for (int r = 0; r < k->ranks; r++) {
             if (r == ri) continue;
@@ -208,7 +208,7 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
         /* only next_pre moves (and ready_at's copy of it). The banks' host choices depend on
          * open_row, hits and the queues, none of which a PIM column command changes, so they
          * are not marked dirty */
-        tick pre = t + (cmd == MC_CMD_PIM_RD ? k->tRTP : k->CWL + k->burst + k->tWR);
+        tick pre = t + (cmd == MC_CMD_PIM_RD ? (tick)k->tRTP : (tick)k->CWL + k->burst + k->tWR);
         while (m) {
             int b = __builtin_ctzll(m);
             m &= m - 1;

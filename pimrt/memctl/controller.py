@@ -250,14 +250,16 @@ class Controller:
         seconds = cycles * tck * 1e-9
         nch = part.channel_count
         cs = ffi.new("mc_chan_stats *")
+        ms = ffi.new("uint64_t *")
         per_channel = []
         totals = {who: _zero() for who in ("host", "pim")}
         for ch in range(nch):
+            self._check(lib.mc_mode_switches(self._sim, ch, ms), "stats")
             entry = {"channel": ch // part.org["pseudo_channels"],
                      "pseudo_channel": ch % part.org["pseudo_channels"],
-                     "mode_switches": int(lib.mc_mode_switches(self._sim, ch))}
+                     "mode_switches": int(ms[0])}
             for r, who in enumerate(("host", "pim")):
-                lib.mc_get_chan_stats(self._sim, r, ch, cs)
+                self._check(lib.mc_get_chan_stats(self._sim, r, ch, cs), "stats")
                 d = _chan_dict(cs, seconds)
                 entry[who] = d
                 for key in _SUMMED:
