@@ -262,6 +262,7 @@ void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t);
 void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t);
 void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t);
 void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t);
+void mc_skip_refreshes(mc_sim *sim, channel *c, int r, uint64_t n);
 tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd);
 void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t);
 

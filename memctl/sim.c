@@ -278,6 +278,51 @@ static tick frontend_next(const mc_sim *sim, uint64_t n)
     return next;
 }
 
+/* An idle gap crossed in one step: nothing is outstanding and the front end acts next at
+ * `until`, so each idle channel would only refresh, every rank at its due cycle (its banks
+ * closed well before: the previous refresh closed them, and refresh takes at most half of
+ * tREFI). The refreshes due before until - 2 tREFI are accounted for at once, exactly as
+ * simulating them would leave the channel (mc_skip_refreshes); the last ones are simulated.
+ * Not with the command log on (it lists every refresh). A channel not idle in that sense (a
+ * row open, a refresh pending, a switch under way) is simulated as before. */
+static void skip_idle_refreshes(mc_sim *sim, tick t, tick until)
+{
+    const mc_config *k = &sim->cfg;
+    const tick stop = until - 2 * (tick)k->tREFI;
+    for (int ci = 0; ci < sim->nch; ci++) {
+        channel *c = &sim->ch[ci];
+        if (c->refresh_next >= stop || c->refreshing || c->switching || c->open_mask ||
+            c->pim_row >= 0 || c->mode_ready > t || c->txq_count[0] + c->txq_count[1] ||
+            c->pim_count || c->qcount[0][0] + c->qcount[0][1] + c->qcount[1][0] + c->qcount[1][1] ||
+            MAXT(c->next_row, c->next_col) > c->refresh_next)
+            continue;
+        int ok = 1;
+        for (int r = 0; ok && r < k->ranks; r++) { /* due dates apart, banks closed by then */
+            const rank_state *rk = &c->ranks[r];
+            if (rk->refresh_due <= t || rk->refresh_pending) ok = 0;
+            for (int q = 0; ok && q < k->ranks; q++)
+                if (q != r && c->ranks[q].refresh_due % k->tREFI == rk->refresh_due % k->tREFI)
+                    ok = 0;
+            for (int b = 0; ok && b < sim->nbanks; b++)
+                if (sim->bank_rank[b] == r && c->banks[b].closed_at > rk->refresh_due) ok = 0;
+        }
+        if (!ok) continue;
+        uint64_t skipped = 0;
+        for (int r = 0; r < k->ranks; r++) {
+            tick due = c->ranks[r].refresh_due;
+            if (due >= stop) continue;
+            uint64_t n = (uint64_t)((stop - 1 - due) / k->tREFI) + 1; /* dues below stop */
+            mc_skip_refreshes(sim, c, r, n);
+            skipped += n;
+        }
+        sim->refreshes += skipped;
+        sim->commands += skipped;
+        c->scan_valid = 0;
+        c->stuck_rounds = 0;
+        c->next_event = MAXT(t, c->refresh_next);
+    }
+}
+
 /* Advance until a cursor needs more records (recs != NULL) or all work is done (NULL). */
 static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
 {
@@ -294,6 +339,9 @@ static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
             moved = 0;
         }
         tick next = recs ? frontend_next(sim, n) : NEVER;
+        if (recs && sim->outstanding == 0 && sim->cfg.refresh && !sim->log_on &&
+            next < NEVER && next - t > 4 * (tick)sim->cfg.tREFI)
+            skip_idle_refreshes(sim, t, next);
         if (recs && next >= NEVER && sim->outstanding == 0 && !sim->npending) {
             /* every cursor waits and no work is left that could wake one */
             for (int k = 0; k < sim->cursors; k++)

@@ -182,6 +182,28 @@ void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
     for (int i = 0; i < k->ranks; i++) c->refresh_next = MINT(c->refresh_next, c->ranks[i].refresh_due);
 }
 
+/* The n refreshes of rank r due from its refresh_due on, each at its due cycle, in one step:
+ * what n calls of mc_issue_ref at those cycles leave (each only raises the banks' terms to its
+ * cycle + tRFC, so the last one decides). Only for a rank whose banks are closed by then and
+ * whose channel is idle (sim.c, skip_idle_refreshes). */
+void mc_skip_refreshes(mc_sim *sim, channel *c, int r, uint64_t n)
+{
+    const mc_config *k = &sim->cfg;
+    rank_state *rk = &c->ranks[r];
+    const tick last = rk->refresh_due + (tick)(n - 1) * k->tREFI;
+    for (int b = 0; b < sim->nbanks; b++) {
+        if (sim->bank_rank[b] != r) continue;
+        bank *bk = &c->banks[b];
+        bk->next_act = MAXT(bk->next_act, last + k->tRFC);
+        bk->closed_at = MAXT(bk->closed_at, last + k->tRFC);
+        bank_moved(sim, c, b);
+        scope_moved(sim, c, b);
+    }
+    rk->refresh_due = last + k->tREFI;
+    c->refresh_next = NEVER;
+    for (int i = 0; i < k->ranks; i++) c->refresh_next = MINT(c->refresh_next, c->ranks[i].refresh_due);
+}
+
 /* All-bank (PIM) commands act on every bank of the PIM scope in lockstep: each waits for the
  * latest bank of the scope (the channel's scope_* maxima) and for the bus. */
 tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd)

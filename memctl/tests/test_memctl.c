@@ -509,6 +509,58 @@ static void random_configs(void)
 #undef RND
 }
 
+/* An idle gap crossed in one step accounts for its refreshes exactly as simulating them: the
+ * same trace with the command log on (every refresh simulated) and off (skipped) */
+static void idle_gap_both_ways(void)
+{
+    const char *policies[] = {"authority", "serial", "bank_partition"};
+    for (int pi = 0; pi < 3; pi++) {
+        for (int ranks = 1; ranks <= 2; ranks++) {
+            mc_summary sum[2];
+            mc_chan_stats cs[2][8][2];
+            for (int logged = 0; logged < 2; logged++) {
+                char err[256];
+                mc_config k = hbm2(policies[pi]);
+                k.ranks = ranks;
+                k.map_bits[1] = ranks - 1;
+                k.map_bits[0] = 15 - (ranks - 1);
+                mc_sim *sim = mc_new(&k, err, sizeof err);
+                if (!sim) { CHECK(0, "gap config: %s", err); return; }
+                if (logged) mc_cmdlog_enable(sim, 1 << 20);
+                mc_record r[6] = {{0, 0, 0, MC_READ, MC_HOST, 0},
+                                  {5, 0x100040, 0, MC_WRITE, MC_PIM, 0},
+                                  {200000, 0x2000, 0, MC_READ, MC_HOST, 0},
+                                  {200003, 0x100000, 0, MC_READ, MC_PIM, 0},
+                                  {200010, 0x40000, 0, MC_WRITE, MC_HOST, 0},
+                                  {431234, 0x40, 0, MC_READ, MC_HOST, 0}};
+                int rc = run_all(sim, r, 6);
+                CHECK(rc == MC_OK, "gap run: %s", mc_error(sim));
+                mc_get_summary(sim, &sum[logged]);
+                for (int c = 0; c < 8; c++)
+                    for (int q = 0; q < 2; q++) mc_get_chan_stats(sim, q, c, &cs[logged][c][q]);
+                mc_free(sim);
+            }
+            CHECK(memcmp(&sum[0], &sum[1], sizeof sum[0]) == 0 &&
+                      memcmp(cs[0], cs[1], sizeof cs[0]) == 0 && sum[0].refreshes > 800,
+                  "%s, %d ranks: skipped gap differs from the simulated one (%llu vs %llu "
+                  "refreshes, %llu vs %llu cycles)", policies[pi], ranks,
+                  (unsigned long long)sum[0].refreshes, (unsigned long long)sum[1].refreshes,
+                  (unsigned long long)sum[0].cycles, (unsigned long long)sum[1].cycles);
+        }
+    }
+    /* a gap of 10^12 cycles takes no time (it took forever refresh by refresh) */
+    char err[256];
+    mc_config k = hbm2("authority");
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    mc_record r[2] = {{0, 0, 0, MC_READ, MC_HOST, 0}, {1000000000000ull, 0x40, 0, MC_READ, MC_HOST, 0}};
+    mc_summary s;
+    CHECK(run_all(sim, r, 2) == MC_OK, "far gap: %s", mc_error(sim));
+    mc_get_summary(sim, &s);
+    CHECK(s.refreshes == 8 * (1000000000000ull / 3900) + 8 || s.refreshes == 8 * (1000000000000ull / 3900),
+          "far gap: %llu refreshes", (unsigned long long)s.refreshes);
+    mc_free(sim);
+}
+
 int main(void)
 {
     const char *policies[] = {"serial", "authority", "bank_partition"};
@@ -526,6 +578,7 @@ int main(void)
     api_arguments();
     huge_twr_sums_in_64_bits();
     random_configs();
+    idle_gap_both_ways();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
