@@ -5,7 +5,7 @@ import json
 import pathlib
 import sys
 
-from pimrt.errors import ConfigError
+from pimrt.errors import ConfigError, TraceError
 
 
 def register(subparsers) -> None:
@@ -71,6 +71,7 @@ def run(args) -> int:
     opts = Options(policy=args.policy, issue_width=args.issue_width, pim_banks=pim_banks,
                    host_high_watermark=args.high_watermark, pim_high_watermark=args.high_watermark,
                    epoch_cap=args.epoch_cap)
+    _check_trace_path(args.trace, args.format)
     trace = open_trace(args.trace, args.format, capacity_bytes=part.capacity_bytes)
     bar = tqdm(unit="rec", unit_scale=True, desc="memsim", disable=args.quiet or None,
                file=sys.stderr)
@@ -79,6 +80,10 @@ def run(args) -> int:
                           where=str(args.trace))
     finally:
         bar.close()
+    if stats["requests"] == 0:
+        what = ("holds no records (empty, or only comments)" if stats["records"] == 0 else
+                f"holds no requests (its {stats['records']} records are all markers)")
+        raise TraceError(f"{args.trace}: {what}: nothing to simulate")
     stats["trace"] = str(args.trace)
     if args.stats:
         args.stats.write_text(json.dumps(stats, indent=2))
@@ -86,6 +91,26 @@ def run(args) -> int:
         write_stats_csv(stats, args.csv)
     print(summary_table(stats))
     return 0
+
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def _check_trace_path(path: pathlib.Path, fmt: str | None) -> None:
+    """The cases the trace readers would misname: a directory, a file that is not .npy."""
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    if not path.exists():
+        return  # the reader says "no such trace file"
+    if fmt == "npy" or (fmt is None and path.suffix == ".npy"):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(len(NPY_MAGIC))
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror}") from None
+        if head != NPY_MAGIC:
+            raise TraceError(f"{path}: not a .npy file (it does not start with NumPy's header); "
+                             f"for a text trace leave --format out or give its format")
 
 
 def summary_table(s: dict) -> str:

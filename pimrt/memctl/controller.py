@@ -61,6 +61,14 @@ def make_config(part: Part, opts: Options):
         raise ConfigError(f"unknown policy {opts.policy!r}; choose one of {', '.join(POLICIES)}")
     if opts.issue_width < 1:
         raise ConfigError(f"issue width must be >= 1, got {opts.issue_width}")
+    for name, lo, hi in (("issue_width", 1, 2**31 - 1), ("host_high_watermark", 0, 2**31 - 1),
+                         ("pim_high_watermark", 0, 2**31 - 1), ("host_low_watermark", 0, 2**31 - 1),
+                         ("pim_low_watermark", 0, 2**31 - 1), ("epoch_cap", 0, 2**60),
+                         ("min_epoch", 0, 2**60)):
+        v = getattr(opts, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
+            raise ConfigError(f"{name.replace('_', ' ')} {v!r}: expected an integer in "
+                              f"{lo}..{hi}")
     o, t, c = part.org, part.timing, part.controller
     cfg = ffi.new("mc_config *")
     for name in ("channels", "pseudo_channels", "ranks", "bankgroups", "banks_per_group", "rows",

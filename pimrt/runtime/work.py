@@ -19,6 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
+from pimrt.errors import ConfigError
 from pimrt.graph import LayerGraph
 from pimrt.host import HostWork, load_host_part
 from pimrt.memctl.config import Part, encode_address
@@ -123,6 +124,9 @@ def _interleave(addr: np.ndarray, op: np.ndarray, requestor: int, compute: int,
     dpos = np.minimum(np.arange(1, nb + 1) * (batch + 1) - 1, n + nb - 1)
     share = np.full(nb, compute // nb, dtype=np.int64)
     share[: compute % nb] += 1
+    if share[0] >= 2**32:  # a DELAY record holds 32 bits: refuse rather than wrap
+        raise ConfigError(f"a compute time of {compute} cycles in {nb} DELAY record(s) of "
+                          f"{share[0]} cycles: more than a record holds (2^32 - 1)")
     out["op"][dpos] = DELAY
     out["requestor"][dpos] = requestor
     out["value"][dpos] = share
