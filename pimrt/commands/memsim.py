@@ -72,6 +72,10 @@ def run(args) -> int:
                    host_high_watermark=args.high_watermark, pim_high_watermark=args.high_watermark,
                    epoch_cap=args.epoch_cap)
     _check_trace_path(args.trace, args.format)
+    from pimrt.output import atomic_write_text, check_out_file
+    for opt in ("stats", "csv", "cmdlog"):  # before the simulation, not after it
+        if getattr(args, opt) is not None:
+            check_out_file(getattr(args, opt), f"--{opt}")
     trace = open_trace(args.trace, args.format, capacity_bytes=part.capacity_bytes)
     bar = tqdm(unit="rec", unit_scale=True, desc="memsim", disable=args.quiet or None,
                file=sys.stderr)
@@ -86,7 +90,7 @@ def run(args) -> int:
         raise TraceError(f"{args.trace}: {what}: nothing to simulate")
     stats["trace"] = str(args.trace)
     if args.stats:
-        args.stats.write_text(json.dumps(stats, indent=2))
+        atomic_write_text(args.stats, json.dumps(stats, indent=2, allow_nan=False))
     if args.csv:
         write_stats_csv(stats, args.csv)
     print(summary_table(stats))

@@ -393,7 +393,8 @@ def run_trace(chunks: Iterable[np.ndarray], part: Part | str, options: Options |
 
 def write_stats_csv(stats: dict, path: str | pathlib.Path) -> None:
     """One row per channel and requestor."""
-    with open(path, "w", newline="") as f:
+    from pimrt.output import atomic_open
+    with atomic_open(path, "w", newline="") as f:
         w = None
         for entry in stats["channels"]:
             for who in ("host", "pim"):

@@ -104,8 +104,9 @@ def save(path, times: dict[Kernel, float], meta: dict) -> pathlib.Path:
     lines = [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
     rows = [json.dumps({"layer": k[0], "phase": k[1], "channels": [k[2], k[3]],
                         "samples": k[4], "ms": ms}) for k, ms in times.items()]
-    path.write_text("{\n" + "\n".join(lines) + '\n "kernels": [\n  '
-                    + ",\n  ".join(rows) + "\n ]\n}\n")       # one kernel a line
+    from pimrt.output import atomic_write_text
+    atomic_write_text(path, "{\n" + "\n".join(lines) + '\n "kernels": [\n  '
+                      + ",\n  ".join(rows) + "\n ]\n}\n")     # one kernel a line
     return path
 
 
