@@ -139,7 +139,9 @@ def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
     if doc.get("format", FORMAT) != FORMAT:
         raise ConfigError(f"{path}: format {doc['format']!r}, this pimrt reads {FORMAT!r}")
     batch, shape = doc.get("batch"), doc.get("input_shape")
-    if batch is not None and (type(batch) is not int or batch != graph.batch):
+    if batch is not None and type(batch) is not int:
+        raise ConfigError(f"{path}: batch {batch!r}, expected an integer ({graph.batch})")
+    if batch is not None and batch != graph.batch:
         raise ConfigError(f"{path}: measured at batch {batch}, this run is at batch "
                           f"{graph.batch}; kernel times do not carry over between batches")
     if shape is not None and not (isinstance(shape, list) and all(type(d) is int for d in shape)):
