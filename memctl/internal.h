@@ -164,7 +164,8 @@ struct mc_sim {
     const struct mc_policy *policy;
     int partition_banks;       /* policy->partition_banks, at hand */
     char err[512];
-    int err_code;              /* the code of the error in err (MC_ERR_*) */
+    int err_code;              /* the code of the error in err (MC_ERR_*); MC_ERR_ARG (a bad
+                                * argument of one call) does not stop the simulation */
     int finished;              /* mc_finish ran: no more records */
     int nch;                   /* channels x pseudo-channels */
     int nbanks;                /* banks per channel */
@@ -245,6 +246,8 @@ const mc_policy *mc_find_policy(const char *name);
 
 /* sim.c */
 int64_t mc_refresh_service(const mc_config *k);
+/* an error stopped the simulation (every code but MC_ERR_ARG, a bad argument of one call) */
+static inline int mc_failed(const mc_sim *sim) { return sim->err_code && sim->err_code != MC_ERR_ARG; }
 
 /* address.c */
 void mc_address_init(mc_sim *sim);

@@ -116,10 +116,15 @@ static int close_pim_row(mc_sim *sim, channel *c, tick t, tick *wake)
 /* work the scheduler must serve now: requests in the banks' command queues or the PIM's
  * queue, reads in the read queue, or a write drain under way (writes below the low watermark
  * may legitimately wait in the write buffer while the front end is in a DELAY) */
-static int has_due_work(const channel *c)
+static int has_due_work(const mc_sim *sim, const channel *c)
 {
-    return (c->pending_mask[0] | c->pending_mask[1]) || c->pim_count > 0 ||
-           c->txq_count[DIR_RD] > 0 || c->drain_left > 0;
+    if ((c->pending_mask[0] | c->pending_mask[1]) || c->pim_count > 0 ||
+        c->txq_count[DIR_RD] > 0 || c->drain_left > 0)
+        return 1;
+    if (c->txq_count[DIR_WR] > 0) /* writes the front end waits for (it found a queue full) */
+        for (int k = 0; k < sim->cursors; k++)
+            if (sim->cur[k].blocked) return 1;
+    return 0;
 }
 
 #define WATCHDOG_INTERVALS 16 /* refresh intervals (every rank refreshed once each) */
@@ -130,7 +135,7 @@ static int has_due_work(const channel *c)
  * with work waiting and nothing served is a livelock, reported instead of looping forever. */
 static void watchdog(mc_sim *sim, channel *c, tick t)
 {
-    if (!has_due_work(c)) {
+    if (!has_due_work(sim, c)) {
         c->stuck_rounds = 0;
         return;
     }

@@ -13,8 +13,8 @@
 int64_t mc_refresh_service(const mc_config *k)
 {
     int64_t s = (int64_t)k->tRP + MAXT(k->tRCDRD, k->tRCDWR) + k->tRC +
-                MAXT((int64_t)k->CL, (int64_t)k->CWL + k->burst + k->tWR) + k->tFAW + k->tCCD_L +
-                k->tWTR_L + k->tRTP + k->tRRD_L + k->tRTRS;
+                MAXT((int64_t)k->CL, (int64_t)k->CWL + k->tWR) + k->burst + k->tFAW + k->tCCD_L +
+                k->tCCD_S + k->tWTR_L + k->tWTR_S + k->tRTP + k->tRRD_L + k->tRRD_S + k->tRTRS;
     if (k->pim_enabled) s += 2 * (int64_t)k->mode_switch_cycles + k->pim_column_cycles;
     return s;
 }
@@ -54,6 +54,9 @@ static int check_config(mc_sim *sim, const mc_config *k)
     NEED(k->row_hit_cap >= 0, "row_hit_cap must be >= 0");
     NEED(k->write_low >= 0 && k->write_low < k->write_high && k->write_high <= k->queue_depth,
          "need 0 <= write_low_watermark < write_high_watermark <= queue_depth");
+    NEED(k->host_queue_depth == 0 || k->write_low < k->host_queue_depth,
+         "write_low_watermark (%d) must be less than host_queue_depth (%d): a full write buffer "
+         "at or below it never drains", k->write_low, k->host_queue_depth);
     NEED(k->issue_width > 0, "issue_width must be > 0");
     NEED(k->host_hwm >= 0 && k->pim_hwm >= 0, "high watermarks must be >= 0");
     NEED(k->host_lwm >= -1 && k->pim_lwm >= -1, "low watermarks must be >= -1");
@@ -356,7 +359,7 @@ static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
             if (c->next_event <= t) mc_channel_step(sim, c, t);
             if (c->next_event < next) next = c->next_event;
         }
-        if (sim->err[0]) return sim->err_code ? sim->err_code : MC_ERR_STATE;
+        if (mc_failed(sim)) return sim->err_code;
         if (next >= NEVER) {
             if (!recs) {
                 if (sim->outstanding)
@@ -393,7 +396,7 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
     if (!consumed || (!recs && n > 0))
         return mc_set_error(sim, MC_ERR_ARG, "mc_feed: NULL %s", consumed ? "records" : "consumed");
     *consumed = 0;
-    if (sim->err[0]) return MC_ERR_STATE;
+    if (mc_failed(sim)) return MC_ERR_STATE;
     if (sim->finished)
         return mc_set_error(sim, MC_ERR_ARG, "mc_feed after mc_finish: the run is over");
     static const mc_record none; /* (n == 0: never read; run() takes NULL for mc_finish) */
@@ -420,7 +423,7 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
 int mc_finish(mc_sim *sim)
 {
     if (!sim) return MC_ERR_ARG;
-    if (sim->err[0]) return MC_ERR_STATE;
+    if (mc_failed(sim)) return MC_ERR_STATE;
     sim->finished = 1;
     if (!sim->fe_done) no_more_records(sim);
     int rc = run(sim, NULL, 0);

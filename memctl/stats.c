@@ -7,12 +7,13 @@
 
 int mc_set_error(mc_sim *sim, int code, const char *fmt, ...)
 {
+    if (code == MC_ERR_ARG && mc_failed(sim)) return code; /* keep what stopped it */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(sim->err, sizeof sim->err, fmt, ap);
     va_end(ap);
     if (!sim->err[0]) snprintf(sim->err, sizeof sim->err, "error %d", code);
-    if (!sim->err_code) sim->err_code = code;
+    if (!sim->err_code || sim->err_code == MC_ERR_ARG) sim->err_code = code;
     return code;
 }
 

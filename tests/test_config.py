@@ -293,6 +293,8 @@ BAD = [
     ("organization", "bankgroups", "32", "= 128 banks per channel"),
     ("controller", "queue_depth", "1000000", "queue_depth: 1000000 is more than the model's"),
     ("controller", "row_hit_cap", "99999999999", "row_hit_cap: 99999999999 is more than"),
+    ("controller", "host_queue_depth", "8", "host_queue_depth: 8 is not more than "
+                                            "write_low_watermark (8)"),
     ("timing", "tRCDRDX", "1", "unknown parameter 'tRCDRDX'"),
     ("controller", "write_low_watermark", "24", "write_low_watermark (24) must be less than"),
     ("controller", "write_low_watermark", "33", "write_low_watermark: 33 is more than "

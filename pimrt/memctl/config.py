@@ -540,6 +540,12 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
     if timing["tRFC"] >= timing["tREFI"]:
         fail("timing", "tRFC", f"tRFC ({timing['tRFC']}) must be less than tREFI "
              f"({timing['tREFI']})")
+    if pim is not None and isinstance(pim.get("units_per_bankgroup"), int) \
+            and pim["units_per_bankgroup"] > 0:
+        col = org["banks_per_group"] // pim["units_per_bankgroup"] * timing["tCCD_L"]
+        if col > INT_MAX:
+            fail("timing", "tCCD_L", f"the PIM's column cycles, banks per unit x tCCD_L = "
+                 f"{col}, are more than the model holds ({INT_MAX})")
     if ctrl.get("refresh", "rank") != "none":
         _check_refresh(timing, org, pim, fail)
     order = list(SCHEMA["timing"])
@@ -568,6 +574,10 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
     if lo >= hi:
         fail("controller", "write_low_watermark", f"write_low_watermark ({lo}) must be less "
              f"than write_high_watermark ({hi})")
+    if lo >= ctrl["host_queue_depth"]:
+        fail("controller", "host_queue_depth", f"{ctrl['host_queue_depth']} is not more than "
+             f"write_low_watermark ({lo}): the host's write buffer, full at or below the low "
+             f"watermark, would never drain while the host waits for room")
     mapping_text = ctrl["address_mapping"]
     try:
         fields = _parse_mapping(mapping_text, org, phys_cols)
@@ -614,10 +624,10 @@ def _check_refresh(timing: Mapping, org: Mapping, pim: Mapping | None, fail) -> 
              f"at most {100 * MAX_REFRESH_SHARE:.0f}% (requests need the rest)")
     burst = org["burst_length"] // 2
     terms = [("tRP", t["tRP"]), ("max(tRCDRD, tRCDWR)", max(t["tRCDRD"], t["tRCDWR"])),
-             ("tRC", t["tRC"]), ("max(CL, CWL + burst + tWR)",
-                                 max(t["CL"], t["CWL"] + burst + t["tWR"])),
-             ("tFAW", t["tFAW"]), ("tCCD_L", t["tCCD_L"]), ("tWTR_L", t["tWTR_L"]),
-             ("tRTP", t["tRTP"]), ("tRRD_L", t["tRRD_L"]), ("tRTRS", t["tRTRS"])]
+             ("tRC", t["tRC"]), ("max(CL, CWL + tWR)", max(t["CL"], t["CWL"] + t["tWR"])),
+             ("burst", burst), ("tFAW", t["tFAW"])]
+    terms += [(k, t[k]) for k in ("tCCD_L", "tCCD_S", "tWTR_L", "tWTR_S", "tRTP", "tRRD_L",
+                                  "tRRD_S", "tRTRS")]
     if pim is not None:
         units = pim["units_per_bankgroup"]
         col = (org["banks_per_group"] // units if units else 1) * t["tCCD_L"]
