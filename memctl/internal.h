@@ -197,6 +197,7 @@ struct mc_sim {
     int cursors;               /* 1 or 2 */
     cursor cur[MC_NUM_REQ];
     uint64_t base;             /* absolute index of recs[0] in the current mc_feed */
+    uint64_t checked;          /* records before this index had their arrival cycle checked */
     uint64_t param_upto;       /* PARAM records before this index have been applied */
     uint64_t requests;
     /* the decoded fields of the last request the controller refused (a full queue): its cursor

@@ -401,13 +401,15 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
         return mc_set_error(sim, MC_ERR_ARG, "mc_feed after mc_finish: the run is over");
     static const mc_record none; /* (n == 0: never read; run() takes NULL for mc_finish) */
     if (!recs) recs = &none;
-    for (uint64_t i = 0; i < n; i++) /* (a compare per record: cheap beside simulating it) */
+    /* (a compare per record not checked by an earlier call: cheap beside simulating it) */
+    for (uint64_t i = sim->checked > sim->base ? sim->checked - sim->base : 0; i < n; i++)
         if ((recs[i].op == MC_READ || recs[i].op == MC_WRITE) && recs[i].cycle > (uint64_t)MC_MAX_CYCLE)
             return mc_set_error(sim, MC_ERR_TRACE,
                                 "record %llu: arrival cycle %llu is beyond the latest the "
                                 "simulator represents (2^60 = %lld)",
                                 (unsigned long long)(sim->base + i),
                                 (unsigned long long)recs[i].cycle, (long long)MC_MAX_CYCLE);
+    if (sim->base + n > sim->checked) sim->checked = sim->base + n;
     if (last && !sim->fe_done) no_more_records(sim);
     else sim->fe_done = last != 0;
     for (int k = 0; k < sim->cursors; k++) /* new records: wake cursors that ran out */
