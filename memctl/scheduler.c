@@ -121,7 +121,8 @@ static int has_due_work(const mc_sim *sim, const channel *c)
     if ((c->pending_mask[0] | c->pending_mask[1]) || c->pim_count > 0 ||
         c->txq_count[DIR_RD] > 0 || c->drain_left > 0)
         return 1;
-    if (c->txq_count[DIR_WR] > 0) /* writes the front end waits for (it found a queue full) */
+    /* writes the front end waits for: it found this channel's queue full (the last refusal) */
+    if (c->txq_count[DIR_WR] > 0 && sim->refused_index && sim->refused_ch == c->index)
         for (int k = 0; k < sim->cursors; k++)
             if (sim->cur[k].blocked) return 1;
     return 0;
