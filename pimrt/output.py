@@ -132,6 +132,16 @@ def atomic_open(path, mode: str = "w", **kwargs):
     path = pathlib.Path(path)
     if "w" not in mode:
         raise ValueError("atomic_open writes whole files (mode 'w' or 'wb')")
+    if path.is_symlink():                  # replace what it points to, not the link
+        path = path.resolve()
+    if path.exists() and not path.is_file():
+        # a device or a pipe (/dev/null, /dev/full, a fifo): written in place, never replaced
+        try:
+            with open(path, mode, **kwargs) as f:
+                yield f
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write: {_why(exc)}") from None
+        return
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:

@@ -232,6 +232,20 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
 
 
+def test_a_device_is_written_in_place_never_replaced(tmp_path):
+    import stat
+    output.atomic_write_text("/dev/null", "x" * 100)      # (root could replace the node)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    with pytest.raises(output.OutputError, match="/dev/full: cannot write: No space left"):
+        output.atomic_write_text("/dev/full", "x" * 100)
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    target = tmp_path / "target.json"
+    target.write_text("old")
+    (tmp_path / "link.json").symlink_to(target)
+    output.atomic_write_text(tmp_path / "link.json", "new")  # the link stays a link
+    assert (tmp_path / "link.json").is_symlink() and target.read_text() == "new"
+
+
 def test_out_checks(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(output.OutputError, match="is a file; give a folder"):

@@ -125,8 +125,12 @@ class CommandLog:
 
     def __init__(self, out: str | pathlib.Path | IO[str]):
         self._own = not hasattr(out, "write")
-        self.file = open(out, "w", newline="") if self._own else out
-        self.file.write(CMDLOG_HEADER + "\n")
+        self.name = str(out) if self._own else getattr(out, "name", "command log")
+        try:
+            self.file = open(out, "w", newline="") if self._own else out
+            self.file.write(CMDLOG_HEADER + "\n")
+        except OSError as exc:
+            raise _write_error(self.name, exc) from None
         self.count = 0
 
     def write(self, cmds: np.ndarray) -> None:
@@ -144,12 +148,23 @@ class CommandLog:
         lines = cols[0]
         for col in cols[1:]:
             lines = np.char.add(np.char.add(lines, ","), col)
-        self.file.write("\n".join(lines.tolist()) + "\n")
+        try:
+            self.file.write("\n".join(lines.tolist()) + "\n")
+        except OSError as exc:
+            raise _write_error(self.name, exc) from None
         self.count += len(cmds)
 
     def close(self) -> None:
         if self._own:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError as exc:
+                raise _write_error(self.name, exc) from None
+
+
+def _write_error(name: str, exc: OSError):
+    from pimrt.output import OutputError
+    return OutputError(f"{name}: cannot write: {exc.strerror or exc}")
 
 
 class Controller:
