@@ -286,6 +286,7 @@ static tick frontend_next(const mc_sim *sim, uint64_t n)
  * closed well before: the previous refresh closed them, and refresh takes at most half of
  * tREFI). The refreshes due before until - 2 tREFI are accounted for at once, exactly as
  * simulating them would leave the channel (mc_skip_refreshes); the last ones are simulated.
+ * A channel whose write buffer keeps a few writes nothing makes drain meanwhile counts as idle.
  * Not with the command log on (it lists every refresh). A channel not idle in that sense (a
  * row open, a refresh pending, a switch under way) is simulated as before. */
 static void skip_idle_refreshes(mc_sim *sim, tick t, tick until)
@@ -294,9 +295,14 @@ static void skip_idle_refreshes(mc_sim *sim, tick t, tick until)
     const tick stop = until - 2 * (tick)k->tREFI;
     for (int ci = 0; ci < sim->nch; ci++) {
         channel *c = &sim->ch[ci];
+        /* idle: nothing queued but a few host writes the write buffer keeps (at most its low
+         * watermark, command queues empty, no reason to drain: update_drain leaves them) */
+        const int w = c->txq_count[DIR_WR];
         if (c->refresh_next >= stop || c->refreshing || c->switching || c->open_mask ||
-            c->pim_row >= 0 || c->mode_ready > t || c->txq_count[0] + c->txq_count[1] ||
-            c->pim_count || c->qcount[0][0] + c->qcount[0][1] + c->qcount[1][0] + c->qcount[1][1] ||
+            c->pim_row >= 0 || c->mode_ready > t || c->txq_count[DIR_RD] || c->pim_count ||
+            c->qcount[MC_PIM][0] + c->qcount[MC_PIM][1] || c->qcount[MC_HOST][DIR_RD] ||
+            c->qcount[MC_HOST][DIR_WR] != w || c->pending_mask[0] | c->pending_mask[1] ||
+            c->drain_left > 0 || w > k->write_low || w >= k->write_high ||
             MAXT(c->next_row, c->next_col) > c->refresh_next)
             continue;
         int ok = 1;
@@ -342,8 +348,11 @@ static int run(mc_sim *sim, const mc_record *recs, uint64_t n)
             moved = 0;
         }
         tick next = recs ? frontend_next(sim, n) : NEVER;
-        if (recs && sim->outstanding == 0 && sim->cfg.refresh && !sim->log_on &&
-            next < NEVER && next - t > 4 * (tick)sim->cfg.tREFI)
+        /* (outstanding requests, if any, can only be writes kept in a write buffer: nothing
+         * may make them drain before the front end acts, skip_idle_refreshes checks the rest) */
+        if (recs && sim->cfg.refresh && !sim->log_on && next < NEVER &&
+            next - t > 4 * (tick)sim->cfg.tREFI &&
+            (sim->outstanding == 0 || (!sim->fe_done && !sim->fe_barrier && !sim->npending)))
             skip_idle_refreshes(sim, t, next);
         if (recs && next >= NEVER && sim->outstanding == 0 && !sim->npending) {
             /* every cursor waits and no work is left that could wake one */

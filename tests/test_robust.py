@@ -176,6 +176,23 @@ def test_an_idle_gap_crossed_in_one_step_equals_simulating_it(policy):
     assert simulated["refreshes"] > 16 * 60
 
 
+@pytest.mark.parametrize("policy", ["authority", "serial"])
+def test_a_gap_with_writes_kept_in_the_write_buffer_equals_simulating_it(policy):
+    """Three host writes (below the low watermark) stay in the write buffer through a DELAY of
+    ~80 refresh intervals: the gap is crossed in one step all the same, with the same figures."""
+    part = load_part("hbm2_pim")
+    rec = np.zeros(8, RECORD_DTYPE)
+    rec["op"] = [WRITE, WRITE, WRITE, DELAY, READ, WRITE, DELAY, READ]
+    rec["requestor"] = HOST
+    rec["value"][[3, 6]] = [310_000, 50_000]
+    rec["addr"] = [0, 0x40, 0x2000, 0, 0x80, 0x4000, 0, 0x100000]
+    rec["requestor"][7] = PIM
+    simulated = _run(part, rec, policy, log=True)
+    skipped = _run(part, rec, policy, log=False)
+    assert simulated == skipped and simulated["requests"] == 6
+    assert simulated["refreshes"] >= 8 * 360_000 // 3900 - 8
+
+
 def test_a_gap_of_10_12_cycles_is_crossed():
     part = load_part("hbm2")
     rec = np.zeros(2, RECORD_DTYPE)
