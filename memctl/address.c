@@ -19,7 +19,9 @@ void mc_address_init(mc_sim *sim)
     }
 }
 
-void mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields)
+int mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields)
 {
+    if (!sim || !fields) return MC_ERR_ARG;
     mc_decode_fields(sim, addr, fields);
+    return MC_OK;
 }

@@ -126,6 +126,10 @@ typedef struct channel {
     int scan_valid;            /* scan_ready holds since the last full scan: nothing issued */
     tick scan_ready;           /* earliest cycle any candidate of that scan can issue */
     uint64_t mode_switches, epochs;
+    /* the watchdog (scheduler.c): refreshes and hand-overs since the channel last served a
+     * request while it had work it must serve, and the cycle of that last service */
+    uint64_t stuck_rounds;
+    tick served_at;
     req_stats rs[MC_NUM_REQ];
 } channel;
 
@@ -167,6 +171,9 @@ struct mc_sim {
     const struct mc_policy *policy;
     int partition_banks;       /* policy->partition_banks, at hand */
     char err[512];
+    int err_code;              /* the code of the error in err (MC_ERR_*); MC_ERR_ARG (a bad
+                                * argument of one call) does not stop the simulation */
+    int finished;              /* mc_finish ran: no more records */
     int nch;                   /* channels x pseudo-channels */
     int nbanks;                /* banks per channel */
     int pim_scope_count;
@@ -254,6 +261,11 @@ typedef struct mc_policy {
 
 const mc_policy *mc_find_policy(const char *name);
 
+/* sim.c */
+int64_t mc_refresh_service(const mc_config *k);
+/* an error stopped the simulation (every code but MC_ERR_ARG, a bad argument of one call) */
+static inline int mc_failed(const mc_sim *sim) { return sim->err_code && sim->err_code != MC_ERR_ARG; }
+
 /* address.c */
 void mc_address_init(mc_sim *sim);
 /* an address's fields (MC_F_*); inline: the front end decodes every request */
@@ -270,6 +282,7 @@ void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t);
 void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t);
 void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t);
 void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t);
+void mc_skip_refreshes(mc_sim *sim, channel *c, int r, uint64_t n);
 tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd);
 void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t);
 

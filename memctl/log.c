@@ -60,12 +60,14 @@ void mc_log_cmd_slow(mc_sim *sim, const channel *c, int b, int cmd, int by, int3
 
 void mc_cmdlog_enable(mc_sim *sim, uint64_t limit)
 {
+    if (!sim) return;
     sim->log_on = 1;
     sim->log_limit = limit ? limit : (1ull << 20);
 }
 
 uint64_t mc_cmdlog_take(mc_sim *sim, mc_cmd *out, uint64_t max)
 {
+    if (!sim || !out) return 0;
     uint64_t n = sim->log_len < max ? sim->log_len : max;
     for (uint64_t i = 0; i < n; i++) out[i] = sim->log[i];
     for (uint64_t i = n; i < sim->log_len; i++) sim->log[i - n] = sim->log[i];
@@ -76,6 +78,7 @@ uint64_t mc_cmdlog_take(mc_sim *sim, mc_cmd *out, uint64_t max)
 uint64_t mc_modelog_take(mc_sim *sim, uint64_t *cycle, uint32_t *channel, uint8_t *enter,
                          uint64_t max)
 {
+    if (!sim || !cycle || !channel || !enter) return 0;
     uint64_t n = sim->mode_len < max ? sim->mode_len : max;
     for (uint64_t i = 0; i < n; i++) {
         cycle[i] = sim->mode_cycle[i];

@@ -14,11 +14,17 @@
 #define MC_ERR_STATE 3     /* internal invariant broken (a bug): message says which */
 #define MC_ERR_MEMORY 4
 #define MC_PAUSED 5        /* mc_feed returned early so the caller can drain the command log */
+#define MC_ERR_ARG 6       /* a bad argument to a getter (index out of range, NULL pointer) */
+#define MC_ERR_STUCK 7     /* the watchdog: requests wait and none is served (a livelock) */
 
 #define MC_MAX_CHANNELS 64
 #define MC_MAX_BANKS 64    /* banks per channel (ranks x bank groups x banks) */
 #define MC_NUM_REQ 2       /* requestors: 0 host, 1 pim */
 #define MC_DEFAULT_WINDOW 1048576 /* records one cursor may read ahead of the other (mc_set_window) */
+#define MC_MAX_QUEUE 65536 /* queue_depth, host_queue_depth, bank_queue_depth */
+/* the latest arrival cycle (and epoch cap) the simulator represents: 2^60, far enough below
+ * its internal "never" (2^61) that no timing sum after it reaches that */
+#define MC_MAX_CYCLE 1152921504606846976LL
 
 /* record ops (pimrt.trace.records) */
 enum {
@@ -119,7 +125,7 @@ typedef struct mc_sim mc_sim;
 
 mc_sim *mc_new(const mc_config *cfg, char *err, int errlen);
 void mc_free(mc_sim *sim);
-const char *mc_error(const mc_sim *sim);
+const char *mc_error(const mc_sim *sim); /* errlen <= 0 or err NULL: mc_new writes no text */
 
 /* Offer records in trace order. The host and the PIM each walk the trace with their own
  * cursor (the serial policy: one cursor for both), so one requestor's full queue does not
@@ -127,7 +133,9 @@ const char *mc_error(const mc_sim *sim);
  * with recs starting at the record *consumed says, followed by the next ones; with last set
  * when there are no more), MC_PAUSED when the command log holds more than its limit (drain
  * it, then call again likewise), or an error. recs[0] must be the first record not yet
- * consumed. With last set, MC_OK means every record has been offered. */
+ * consumed. With last set, MC_OK means every record has been offered. After mc_finish, or
+ * with sim or consumed NULL (or recs NULL and n > 0), it returns MC_ERR_ARG. Arrival cycles
+ * above MC_MAX_CYCLE are refused (MC_ERR_TRACE naming the record). */
 int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed);
 /* The controller copies the records it takes (*consumed) and holds those some cursor has not
  * passed yet. One cursor reads at most `records` (0: MC_DEFAULT_WINDOW) ahead of the other;
@@ -145,19 +153,22 @@ uint64_t mc_modelog_take(mc_sim *sim, uint64_t *cycle, uint32_t *channel, uint8_
                          uint64_t max);
 uint64_t mc_cmdlog_take(mc_sim *sim, mc_cmd *out, uint64_t max);
 
-void mc_get_summary(const mc_sim *sim, mc_summary *out);
+/* The getters check their arguments: MC_ERR_ARG (with a message in mc_error when sim is
+ * valid) for a NULL pointer or an index out of range, and then leave *out untouched. */
+int mc_get_summary(const mc_sim *sim, mc_summary *out);
 /* stats of one requestor on one channel (channel index counts pseudo-channels) */
-void mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_stats *out);
-/* latency histogram (cycles) of a requestor over all channels: counts per latency bin */
+int mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_stats *out);
+/* the q-quantile (0 <= q <= 1) of a requestor's latency (cycles) on one channel, or over all
+ * channels (channel -1) */
 int mc_latency_percentile(const mc_sim *sim, int requestor, int channel, double q, uint64_t *out);
-uint64_t mc_mode_switches(const mc_sim *sim, int channel);
+int mc_mode_switches(const mc_sim *sim, int channel, uint64_t *out);
 /* completions, when keep_completions: record index in the trace (markers counted), the cycle
  * the request completed and the cycle its column command issued (UINT64_MAX for a read
  * served from a queued write) */
 uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint64_t *issue,
                              uint64_t max);
 /* decode one address into fields (channel counts pseudo-channels): for tests */
-void mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields);
+int mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields);
 /* event `id`: cycle its SIGNAL was reached and cycle it fired (both UINT64_MAX if not) */
 void mc_event(const mc_sim *sim, uint32_t id, uint64_t *reached, uint64_t *fired);
 /* events and layers are kept for the ids a trace uses (sparse ids cost what they use): how
@@ -166,9 +177,10 @@ uint64_t mc_event_count(const mc_sim *sim);
 uint64_t mc_event_ids(const mc_sim *sim, uint32_t *ids, uint64_t max);
 uint64_t mc_layer_count(const mc_sim *sim);
 uint64_t mc_layer_ids(const mc_sim *sim, uint32_t *ids, uint64_t max);
-/* layer `layer` (its id): first arrival and last completion of its requests, and how many */
-void mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
-                   uint64_t *requests);
+/* layer `layer` (its id): first arrival and last completion of its requests, and how many;
+ * MC_ERR_ARG for a NULL pointer */
+int mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
+                  uint64_t *requests);
 
 
 /* pimrt.trace's fast reader of simple text formats (tracetext.c, not part of the model): the

@@ -22,8 +22,9 @@ static int serial_hand_over(const mc_sim *sim, const channel *c, tick t, tick *w
  *  - the waiting side's queue has reached its high watermark while the owner's has fallen to
  *    its low watermark, or
  *  - the epoch has reached its cap (bounded waiting).
- * An epoch starts when the mode switch is done; the owner keeps it until min_epoch has passed
- * and it has served at least one request, so every epoch makes progress. */
+ * An epoch starts when the mode switch is done; the owner keeps it until it has served at
+ * least one request (before any other rule, the cap included: every epoch makes progress)
+ * and min_epoch has passed. */
 static int authority_hand_over(const mc_sim *sim, const channel *c, tick t, tick *wake)
 {
     int o = c->owner, x = 1 - o;
@@ -31,12 +32,12 @@ static int authority_hand_over(const mc_sim *sim, const channel *c, tick t, tick
     *wake = NEVER;
     if (qx == 0) return 0;
     if (qo == 0) return 1;
+    /* progress first: an epoch serves at least one request whatever its cap, or a cap shorter
+     * than one request's service would hand authority back and forth forever. Woken when it
+     * serves one (the channel steps again after every command) */
+    if (c->epoch_served == 0) return 0;
     tick age = t - c->epoch_start;
-    if (age >= sim->epoch_cap) return 1; /* bounded waiting, even for an owner that is stuck */
-    if (c->epoch_served == 0) {          /* woken when it serves a request, or at the cap */
-        *wake = c->epoch_start + sim->epoch_cap;
-        return 0;
-    }
+    if (age >= sim->epoch_cap) return 1; /* bounded waiting */
     if (age < sim->min_epoch) {
         *wake = c->epoch_start + sim->min_epoch;
         return 0;

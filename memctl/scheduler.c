@@ -90,6 +90,8 @@ static void complete(mc_sim *sim, channel *c, int32_t slot, tick done, tick t)
 {
     req *r = &c->slots[slot];
     if (r->requestor == c->owner) c->epoch_served++;
+    c->stuck_rounds = 0;
+    c->served_at = t;
     mc_record_latency(sim, c, r, done, t);
     if (r->op == MC_READ && done > sim->last_read_done) sim->last_read_done = done;
     mc_release_slot(sim, c, slot, done, t);
@@ -107,6 +109,52 @@ static int close_pim_row(mc_sim *sim, channel *c, tick t, tick *wake)
     mc_issue_pim(sim, c, MC_CMD_PIM_PRE, -1, t);
     mc_log_cmd(sim, c, -1, MC_CMD_PIM_PRE, MC_BY_CTRL, -1, -1, t);
     return 1;
+}
+
+/* ---- the watchdog ------------------------------------------------------------------- */
+
+/* work the scheduler must serve now: requests in the banks' command queues or the PIM's
+ * queue, reads in the read queue, or a write drain under way (writes below the low watermark
+ * may legitimately wait in the write buffer while the front end is in a DELAY) */
+static int has_due_work(const mc_sim *sim, const channel *c)
+{
+    if ((c->pending_mask[0] | c->pending_mask[1]) || c->pim_count > 0 ||
+        c->txq_count[DIR_RD] > 0 || c->drain_left > 0)
+        return 1;
+    /* writes the front end waits for: it found this channel's queue full (the last refusal) */
+    if (c->txq_count[DIR_WR] > 0 && sim->refused_index && sim->refused_ch == c->index)
+        for (int k = 0; k < sim->cursors; k++)
+            if (sim->cur[k].blocked) return 1;
+    return 0;
+}
+
+#define WATCHDOG_INTERVALS 16 /* refresh intervals (every rank refreshed once each) */
+#define WATCHDOG_SWITCHES 64  /* hand-overs of authority */
+
+/* A refresh or a hand-over happened at t. Every part that check_config accepts serves a
+ * request within a couple of refresh intervals, and every epoch serves one: so many of them
+ * with work waiting and nothing served is a livelock, reported instead of looping forever. */
+static void watchdog(mc_sim *sim, channel *c, tick t)
+{
+    if (!has_due_work(sim, c)) {
+        c->stuck_rounds = 0;
+        return;
+    }
+    const mc_config *k = &sim->cfg;
+    uint64_t limit = (uint64_t)WATCHDOG_INTERVALS * (uint64_t)k->ranks + WATCHDOG_SWITCHES;
+    if (++c->stuck_rounds <= limit) return;
+    mc_set_error(sim, MC_ERR_STUCK,
+                 "livelock: channel %d served no request from cycle %lld to %lld (%llu refreshes "
+                 "and hand-overs) while %d host and %d PIM requests wait; its state: %s mode, "
+                 "authority with the %s%s, %d rank(s) refreshing, open-row mask 0x%llx, PIM row "
+                 "%d (tREFI %d, tRFC %d, ranks %d, epoch cap %lld)",
+                 c->index, (long long)c->served_at, (long long)t,
+                 (unsigned long long)c->stuck_rounds,
+                 c->qcount[MC_HOST][0] + c->qcount[MC_HOST][1],
+                 c->qcount[MC_PIM][0] + c->qcount[MC_PIM][1], c->mode ? "PIM" : "normal",
+                 c->owner == MC_PIM ? "PIM" : "host", c->switching ? " (handing over)" : "",
+                 c->refreshing, (unsigned long long)c->open_mask, (int)c->pim_row, k->tREFI,
+                 k->tRFC, k->ranks, (long long)sim->epoch_cap);
 }
 
 /* ---- refresh ---------------------------------------------------------------------- */
@@ -163,6 +211,7 @@ static int step_refresh(mc_sim *sim, channel *c, tick t, tick *wake)
             mc_issue_ref(sim, c, r, t);
             mc_log_cmd(sim, c, -(r + 2), MC_CMD_REF, MC_BY_CTRL, -1, -1, t);
             sim->refreshes++;
+            watchdog(sim, c, t);
             return 1;
         }
         wake_at(wake, closed);
@@ -216,6 +265,7 @@ static int step_switch(mc_sim *sim, channel *c, tick t, tick *wake)
     c->mode_switches++;
     c->epochs++;
     mc_account(sim, c, t);
+    watchdog(sim, c, t);
     return 1;
 }
 

@@ -6,39 +6,94 @@
 
 #include "internal.h"
 
+/* The worst service of one request from a freshly refreshed rank, and the cycles between two
+ * refreshes that block it (every rank's refresh blocks the PIM's all-bank commands): a part
+ * must leave refresh at most half the time, and room for that service between refreshes, or
+ * a request could wait forever (pimrt/memctl/config.py states the same rule). */
+int64_t mc_refresh_service(const mc_config *k)
+{
+    int64_t s = (int64_t)k->tRP + MAXT(k->tRCDRD, k->tRCDWR) + k->tRC +
+                MAXT((int64_t)k->CL, (int64_t)k->CWL + k->tWR) + k->burst + k->tFAW + k->tCCD_L +
+                k->tCCD_S + k->tWTR_L + k->tWTR_S + k->tRTP + k->tRRD_L + k->tRRD_S + k->tRTRS;
+    if (k->pim_enabled) s += 2 * (int64_t)k->mode_switch_cycles + k->pim_column_cycles;
+    return s;
+}
+
 static int check_config(mc_sim *sim, const mc_config *k)
 {
 #define NEED(cond, ...) \
     do { if (!(cond)) return mc_set_error(sim, MC_ERR_CONFIG, __VA_ARGS__); } while (0)
     NEED(k->channels > 0 && k->pseudo_channels > 0, "channels and pseudo_channels must be > 0");
-    NEED(k->channels * k->pseudo_channels <= MC_MAX_CHANNELS, "at most %d channels x pseudo_channels",
-         MC_MAX_CHANNELS);
+    NEED((int64_t)k->channels * k->pseudo_channels <= MC_MAX_CHANNELS,
+         "at most %d channels x pseudo_channels", MC_MAX_CHANNELS);
     NEED(k->ranks <= 8, "at most 8 ranks per channel");
     NEED(k->ranks > 0 && k->bankgroups > 0 && k->banks_per_group > 0,
          "ranks, bankgroups and banks_per_group must be > 0");
-    NEED(k->ranks * k->bankgroups * k->banks_per_group <= MC_MAX_BANKS,
+    NEED((int64_t)k->ranks * k->bankgroups * k->banks_per_group <= MC_MAX_BANKS,
          "at most %d banks per channel (ranks x bankgroups x banks_per_group)", MC_MAX_BANKS);
     NEED(k->rows > 0 && k->columns > 0, "rows and columns must be > 0");
-    NEED(k->request_bytes > 0, "request_bytes must be > 0");
+    NEED(k->request_bytes > 0 && k->request_bytes <= (1 << 20),
+         "request_bytes must be in 1..%d", 1 << 20);
     NEED(k->burst > 0, "burst must be > 0");
+    const int times[] = {k->CL, k->CWL, k->tRCDRD, k->tRCDWR, k->tRP, k->tRAS, k->tRC, k->tCCD_S,
+                         k->tCCD_L, k->tRRD_S, k->tRRD_L, k->tFAW, k->tWR, k->tWTR_S, k->tWTR_L,
+                         k->tRTP, k->tRTRS, k->tREFI, k->tRFC, k->mode_switch_cycles,
+                         k->pim_column_cycles};
+    for (size_t i = 0; i < sizeof times / sizeof times[0]; i++)
+        NEED(times[i] >= 0, "timing parameters must be >= 0 (found %d)", times[i]);
     NEED(k->tRAS <= k->tRC, "tRAS (%d) > tRC (%d)", k->tRAS, k->tRC);
     NEED(k->tRCDRD > 0 && k->tRCDWR > 0 && k->tRP > 0 && k->tRAS > 0, "tRCD, tRP, tRAS must be > 0");
     NEED(k->CL > 0 && k->CWL >= 0, "CL must be > 0 and CWL >= 0");
-    NEED(k->CL + k->burst + k->tRTRS >= k->CWL, "CL + burst + tRTRS must be >= CWL");
-    NEED(k->queue_depth > 0, "queue_depth must be > 0");
-    NEED(k->host_queue_depth >= 0, "host_queue_depth must be >= 0");
-    NEED(k->bank_queue_depth >= 0, "bank_queue_depth must be >= 0");
+    NEED((int64_t)k->CL + k->burst + k->tRTRS >= k->CWL, "CL + burst + tRTRS must be >= CWL");
+    NEED(k->queue_depth > 0 && k->queue_depth <= MC_MAX_QUEUE, "queue_depth must be in 1..%d",
+         MC_MAX_QUEUE);
+    NEED(k->host_queue_depth >= 0 && k->host_queue_depth <= MC_MAX_QUEUE,
+         "host_queue_depth must be in 0..%d", MC_MAX_QUEUE);
+    NEED(k->bank_queue_depth >= 0 && k->bank_queue_depth <= MC_MAX_QUEUE,
+         "bank_queue_depth must be in 0..%d", MC_MAX_QUEUE);
+    NEED(k->row_hit_cap >= 0, "row_hit_cap must be >= 0");
     NEED(k->write_low >= 0 && k->write_low < k->write_high && k->write_high <= k->queue_depth,
          "need 0 <= write_low_watermark < write_high_watermark <= queue_depth");
+    NEED(k->host_queue_depth == 0 || k->write_low < k->host_queue_depth,
+         "write_low_watermark (%d) must be less than host_queue_depth (%d): a full write buffer "
+         "at or below it never drains", k->write_low, k->host_queue_depth);
     NEED(k->issue_width > 0, "issue_width must be > 0");
+    NEED(k->host_hwm >= 0 && k->pim_hwm >= 0, "high watermarks must be >= 0");
+    NEED(k->host_lwm >= -1 && k->pim_lwm >= -1, "low watermarks must be >= -1");
+    NEED(k->epoch_cap >= 0 && k->epoch_cap <= MC_MAX_CYCLE && k->min_epoch >= 0 &&
+             k->min_epoch <= MC_MAX_CYCLE,
+         "epoch_cap and min_epoch must be in 0..%lld", (long long)MC_MAX_CYCLE);
     NEED(!k->refresh || (k->tREFI > 0 && k->tRFC > 0 && k->tRFC < k->tREFI),
          "refresh needs 0 < tRFC < tREFI");
+    if (k->refresh) {
+        int64_t blocking = k->pim_enabled ? k->ranks : 1;
+        NEED(2 * blocking * k->tRFC <= k->tREFI,
+             "refresh takes %lld x tRFC = %lld of every tREFI = %d cycles (%.1f%%); at most 50%% "
+             "is allowed", (long long)blocking, (long long)(blocking * k->tRFC), k->tREFI,
+             100.0 * (double)(blocking * k->tRFC) / k->tREFI);
+        int64_t window = k->tREFI / blocking - k->tRFC, need = mc_refresh_service(k);
+        NEED(need <= window,
+             "the %lld cycles between two refreshes (tREFI / %lld - tRFC) are fewer than one "
+             "request's longest service (%lld cycles)", (long long)window, (long long)blocking,
+             (long long)need);
+    }
     NEED(k->map_count > 0 && k->map_count <= MC_F_COUNT, "address mapping has no fields");
+    NEED(k->offset_bits >= 0 && k->offset_bits <= 20 && (1 << k->offset_bits) == k->request_bytes,
+         "offset_bits (%d) must be log2(request_bytes %d)", k->offset_bits, k->request_bytes);
+    const int counts[MC_F_COUNT] = {
+        [MC_F_ROW] = k->rows, [MC_F_RANK] = k->ranks, [MC_F_BANKGROUP] = k->bankgroups,
+        [MC_F_BANK] = k->banks_per_group, [MC_F_CHANNEL] = k->channels,
+        [MC_F_PCH] = k->pseudo_channels, [MC_F_COLUMN] = k->columns};
     int bits = k->offset_bits;
     for (int i = 0; i < k->map_count; i++) {
         NEED(k->map_fields[i] >= 0 && k->map_fields[i] < MC_F_COUNT, "bad address field %d",
              k->map_fields[i]);
-        NEED(k->map_bits[i] >= 0 && k->map_bits[i] < 40, "bad address field width %d", k->map_bits[i]);
+        NEED(k->map_bits[i] >= 0 && k->map_bits[i] <= 30, "bad address field width %d",
+             k->map_bits[i]);
+        NEED((1 << k->map_bits[i]) <= counts[k->map_fields[i]],
+             "address field %d has %d bits: values up to %d, beyond its count %d",
+             k->map_fields[i], k->map_bits[i], (1 << k->map_bits[i]) - 1,
+             counts[k->map_fields[i]]);
         bits += k->map_bits[i];
     }
     NEED(bits <= 62, "address mapping needs %d bits", bits);
@@ -48,11 +103,21 @@ static int check_config(mc_sim *sim, const mc_config *k)
 #undef NEED
 }
 
+/* the caller's error buffer: written only when it has room */
+static void set_err(char *err, int errlen, const char *msg)
+{
+    if (err && errlen > 0) snprintf(err, (size_t)errlen, "%s", msg);
+}
+
 mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
 {
+    if (!cfg) {
+        set_err(err, errlen, "no configuration (NULL)");
+        return NULL;
+    }
     mc_sim *sim = calloc(1, sizeof *sim);
     if (!sim) {
-        snprintf(err, (size_t)errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         return NULL;
     }
     sim->cfg = *cfg;
@@ -65,11 +130,16 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
                               "unknown policy '%s' (serial, bank_partition, authority)",
                               sim->cfg.policy);
     }
+    if (rc) { /* (nothing below may run on a config that failed its checks) */
+        set_err(err, errlen, sim->err);
+        free(sim);
+        return NULL;
+    }
     const mc_config *k = &sim->cfg;
     sim->nch = k->channels * k->pseudo_channels;
     sim->nbanks = k->ranks * k->bankgroups * k->banks_per_group;
     uint64_t all = sim->nbanks == 64 ? ~0ull : ((1ull << sim->nbanks) - 1);
-    if (!rc && sim->policy->partition_banks) {
+    if (sim->policy->partition_banks) {
         if (!k->pim_enabled)
             rc = mc_set_error(sim, MC_ERR_CONFIG, "bank_partition needs a part with PIM units");
         sim->pim_scope = k->pim_bank_mask & all;
@@ -82,7 +152,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         sim->host_banks = all;
     }
     if (rc) {
-        snprintf(err, (size_t)errlen, "%s", sim->err);
+        set_err(err, errlen, sim->err);
         free(sim);
         return NULL;
     }
@@ -154,7 +224,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         mc_stats_init_channel(sim, c);
     }
     if (!ok) {
-        snprintf(err, (size_t)errlen, "out of memory");
+        set_err(err, errlen, "out of memory");
         mc_free(sim);
         return NULL;
     }
@@ -234,6 +304,57 @@ static void check_end(mc_sim *sim)
     if (sim->fe_end && !sim->fe_done && sim->cur[0].pos >= sim->hi) no_more_records(sim);
 }
 
+/* An idle gap crossed in one step: nothing is outstanding and the front end acts next at
+ * `until`, so each idle channel would only refresh, every rank at its due cycle (its banks
+ * closed well before: the previous refresh closed them, and refresh takes at most half of
+ * tREFI). The refreshes due before until - 2 tREFI are accounted for at once, exactly as
+ * simulating them would leave the channel (mc_skip_refreshes); the last ones are simulated.
+ * A channel whose write buffer keeps a few writes nothing makes drain meanwhile counts as idle.
+ * Not with the command log on (it lists every refresh). A channel not idle in that sense (a
+ * row open, a refresh pending, a switch under way) is simulated as before. */
+static void skip_idle_refreshes(mc_sim *sim, tick t, tick until)
+{
+    const mc_config *k = &sim->cfg;
+    const tick stop = until - 2 * (tick)k->tREFI;
+    for (int ci = 0; ci < sim->nch; ci++) {
+        channel *c = &sim->ch[ci];
+        /* idle: nothing queued but a few host writes the write buffer keeps (at most its low
+         * watermark, command queues empty, no reason to drain: update_drain leaves them) */
+        const int w = c->txq_count[DIR_WR];
+        if (c->refresh_next >= stop || c->refreshing || c->switching || c->open_mask ||
+            c->pim_row >= 0 || c->mode_ready > t || c->txq_count[DIR_RD] || c->pim_count ||
+            c->qcount[MC_PIM][0] + c->qcount[MC_PIM][1] || c->qcount[MC_HOST][DIR_RD] ||
+            c->qcount[MC_HOST][DIR_WR] != w || c->pending_mask[0] | c->pending_mask[1] ||
+            c->drain_left > 0 || w > k->write_low || w >= k->write_high ||
+            MAXT(c->next_row, c->next_col) > c->refresh_next)
+            continue;
+        int ok = 1;
+        for (int r = 0; ok && r < k->ranks; r++) { /* due dates apart, banks closed by then */
+            const rank_state *rk = &c->ranks[r];
+            if (rk->refresh_due <= t || rk->refresh_pending) ok = 0;
+            for (int q = 0; ok && q < k->ranks; q++)
+                if (q != r && c->ranks[q].refresh_due % k->tREFI == rk->refresh_due % k->tREFI)
+                    ok = 0;
+            for (int b = 0; ok && b < sim->nbanks; b++)
+                if (sim->bank_rank[b] == r && c->banks[b].closed_at > rk->refresh_due) ok = 0;
+        }
+        if (!ok) continue;
+        uint64_t skipped = 0;
+        for (int r = 0; r < k->ranks; r++) {
+            tick due = c->ranks[r].refresh_due;
+            if (due >= stop) continue;
+            uint64_t n = (uint64_t)((stop - 1 - due) / k->tREFI) + 1; /* dues below stop */
+            mc_skip_refreshes(sim, c, r, n);
+            skipped += n;
+        }
+        sim->refreshes += skipped;
+        sim->commands += skipped;
+        c->scan_valid = 0;
+        c->stuck_rounds = 0;
+        c->next_event = MAXT(t, c->refresh_next);
+    }
+}
+
 /* Advance until a cursor needs more records and may take them (mc_feed_room; recs set) or
  * all work is done (recs 0). */
 static int run(mc_sim *sim, int recs)
@@ -253,6 +374,12 @@ static int run(mc_sim *sim, int recs)
             moved = 0;
         }
         tick next = recs ? frontend_next(sim) : NEVER;
+        /* (outstanding requests, if any, can only be writes kept in a write buffer: nothing
+         * may make them drain before the front end acts, skip_idle_refreshes checks the rest) */
+        if (recs && sim->cfg.refresh && !sim->log_on && next < NEVER &&
+            next - t > 4 * (tick)sim->cfg.tREFI &&
+            (sim->outstanding == 0 || (!sim->fe_end && !sim->fe_barrier && !sim->npending)))
+            skip_idle_refreshes(sim, t, next);
         if (recs && next >= NEVER && sim->outstanding == 0 && !sim->npending) {
             /* every cursor waits and no work is left that could wake one */
             for (int k = 0; k < sim->cursors; k++)
@@ -267,7 +394,7 @@ static int run(mc_sim *sim, int recs)
             if (c->next_event <= t) mc_channel_step(sim, c, t);
             if (c->next_event < next) next = c->next_event;
         }
-        if (sim->err[0]) return MC_ERR_MEMORY;
+        if (mc_failed(sim)) return sim->err_code;
         if (next >= NEVER) {
             if (!recs) {
                 if (sim->outstanding)
@@ -292,8 +419,21 @@ static int run(mc_sim *sim, int recs)
 
 int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed)
 {
+    if (!sim) return MC_ERR_ARG;
+    if (!consumed || (!recs && n > 0))
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed: NULL %s", consumed ? "records" : "consumed");
     *consumed = 0;
-    if (sim->err[0]) return MC_ERR_STATE;
+    if (mc_failed(sim)) return MC_ERR_STATE;
+    if (sim->finished)
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed after mc_finish: the run is over");
+    /* (a compare per record, each handed in once: cheap beside simulating it) */
+    for (uint64_t i = 0; i < n; i++)
+        if ((recs[i].op == MC_READ || recs[i].op == MC_WRITE) && recs[i].cycle > (uint64_t)MC_MAX_CYCLE)
+            return mc_set_error(sim, MC_ERR_TRACE,
+                                "record %llu: arrival cycle %llu is beyond the latest the "
+                                "simulator represents (2^60 = %lld)",
+                                (unsigned long long)(sim->hi + i),
+                                (unsigned long long)recs[i].cycle, (long long)MC_MAX_CYCLE);
     for (;;) {
         uint64_t take = MINT(n - *consumed, mc_feed_room(sim));
         if (take) {
@@ -313,7 +453,9 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
 
 int mc_finish(mc_sim *sim)
 {
-    if (sim->err[0]) return MC_ERR_STATE;
+    if (!sim) return MC_ERR_ARG;
+    if (mc_failed(sim)) return MC_ERR_STATE;
+    sim->finished = 1;
     sim->fe_end = 1;
     if (!sim->fe_done) no_more_records(sim);
     int rc = run(sim, 0);

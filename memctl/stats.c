@@ -7,14 +7,31 @@
 
 int mc_set_error(mc_sim *sim, int code, const char *fmt, ...)
 {
+    if (code == MC_ERR_ARG && mc_failed(sim)) return code; /* keep what stopped it */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(sim->err, sizeof sim->err, fmt, ap);
     va_end(ap);
+    if (!sim->err[0]) snprintf(sim->err, sizeof sim->err, "error %d", code);
+    if (!sim->err_code || sim->err_code == MC_ERR_ARG) sim->err_code = code;
     return code;
 }
 
-const char *mc_error(const mc_sim *sim) { return sim->err; }
+const char *mc_error(const mc_sim *sim) { return sim ? sim->err : "no simulator (NULL)"; }
+
+/* a getter's bad argument: the message when there is a simulator to hold it */
+static int bad_arg(const mc_sim *sim, const char *what)
+{
+    if (sim) mc_set_error((mc_sim *)sim, MC_ERR_ARG, "%s", what);
+    return MC_ERR_ARG;
+}
+
+static int bad_index(const mc_sim *sim, int requestor, int channel, int any_channel)
+{
+    if (requestor < 0 || requestor >= MC_NUM_REQ) return 1;
+    if (any_channel && channel == -1) return 0;
+    return channel < 0 || channel >= sim->nch;
+}
 
 void mc_stats_init_channel(mc_sim *sim, channel *c)
 {
@@ -119,8 +136,11 @@ void mc_account_close(mc_sim *sim, channel *c, tick t)
     mc_account_slow(sim, c, t);
 }
 
-void mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_stats *out)
+int mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_stats *out)
 {
+    if (!sim || !out) return bad_arg(sim, "mc_get_chan_stats: NULL pointer");
+    if (bad_index(sim, requestor, channel, 0))
+        return bad_arg(sim, "mc_get_chan_stats: no such requestor or channel");
     const req_stats *st = &sim->ch[channel].rs[requestor];
     *out = st->s;
     out->bytes = (st->s.reads + st->s.writes) * (uint64_t)sim->cfg.request_bytes;
@@ -129,10 +149,15 @@ void mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_st
     uint64_t p99 = 0;
     mc_latency_percentile(sim, requestor, channel, 0.99, &p99);
     out->p99_latency = p99;
+    return MC_OK;
 }
 
 int mc_latency_percentile(const mc_sim *sim, int requestor, int channel, double q, uint64_t *out)
 {
+    if (!sim || !out) return bad_arg(sim, "mc_latency_percentile: NULL pointer");
+    if (bad_index(sim, requestor, channel, 1))
+        return bad_arg(sim, "mc_latency_percentile: no such requestor or channel");
+    if (!(q >= 0.0 && q <= 1.0)) return bad_arg(sim, "mc_latency_percentile: q outside 0..1");
     uint64_t total = 0;
     int lo = channel < 0 ? 0 : channel, hi = channel < 0 ? sim->nch : channel + 1;
     for (int c = lo; c < hi; c++) {
@@ -154,8 +179,9 @@ int mc_latency_percentile(const mc_sim *sim, int requestor, int channel, double 
     return MC_OK;
 }
 
-void mc_get_summary(const mc_sim *sim, mc_summary *out)
+int mc_get_summary(const mc_sim *sim, mc_summary *out)
 {
+    if (!sim || !out) return bad_arg(sim, "mc_get_summary: NULL pointer");
     out->cycles = (uint64_t)MAXT(sim->last_read_done, sim->last_write_accept);
     out->drain_cycles = (uint64_t)sim->last_done;
     out->requests = sim->requests;
@@ -169,13 +195,21 @@ void mc_get_summary(const mc_sim *sim, mc_summary *out)
     }
     out->records = sim->base;
     out->layers = sim->nlayers;
+    return MC_OK;
 }
 
-uint64_t mc_mode_switches(const mc_sim *sim, int channel) { return sim->ch[channel].mode_switches; }
+int mc_mode_switches(const mc_sim *sim, int channel, uint64_t *out)
+{
+    if (!sim || !out) return bad_arg(sim, "mc_mode_switches: NULL pointer");
+    if (channel < 0 || channel >= sim->nch) return bad_arg(sim, "mc_mode_switches: no such channel");
+    *out = sim->ch[channel].mode_switches;
+    return MC_OK;
+}
 
 uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint64_t *issue,
                              uint64_t max)
 {
+    if (!sim || !index || !cycle || !issue) return 0;
     uint64_t n = sim->comp_len < max ? sim->comp_len : max;
     for (uint64_t i = 0; i < n; i++) {
         index[i] = sim->comp_index[i];
@@ -191,25 +225,28 @@ uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint
     return n;
 }
 
-uint64_t mc_layer_count(const mc_sim *sim) { return sim->nlayers; }
+uint64_t mc_layer_count(const mc_sim *sim) { return sim ? sim->nlayers : 0; }
 
 uint64_t mc_layer_ids(const mc_sim *sim, uint32_t *ids, uint64_t max)
 {
+    if (!sim || (!ids && max)) return 0;
     uint64_t n = sim->nlayers < max ? sim->nlayers : max;
     for (uint64_t k = 0; k < n; k++) ids[k] = sim->layers[k].id;
     return n;
 }
 
-void mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
-                   uint64_t *requests)
+int mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
+                  uint64_t *requests)
 {
+    if (!sim || !start || !end || !requests) return bad_arg(sim, "mc_layer_span: NULL pointer");
     int64_t k = layer <= UINT32_MAX ? mc_layer_index(sim, (uint32_t)layer) : -1;
     if (k < 0) {
         *start = *end = *requests = 0;
-        return;
+        return MC_OK;
     }
     const layer_span *ls = &sim->layers[k];
     *start = ls->requests ? (uint64_t)ls->start : 0;
     *end = (uint64_t)ls->end;
     *requests = ls->requests;
+    return MC_OK;
 }

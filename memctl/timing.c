@@ -129,7 +129,7 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
     bk->hits++;
     c->dirty_mask |= 1ull << b;
     if (dir == DIR_RD) {
-        const tick rd_to_wr = t + (k->CL + B - k->CWL + k->tRTRS);
+        const tick rd_to_wr = t + ((tick)k->CL + B - k->CWL + k->tRTRS); /* 64-bit sums */
         bk->next_pre = MAXT(bk->next_pre, t + k->tRTP);
         for (int r = 0; r < k->ranks; r++) { /* the other ranks (tRTRS) */
             if (r == ri) continue;
@@ -144,7 +144,7 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
          * RD moved only the group's next_rd */
         group_moved(sim, c->ready_at[CAND_RD], gi, g->next_rd);
     } else {
-        const tick wr_to_rd_o = t + MAXT(0, k->CWL + B + k->tRTRS - k->CL);
+        const tick wr_to_rd_o = t + MAXT(0, (tick)k->CWL + B + k->tRTRS - k->CL);
         bk->next_pre = MAXT(bk->next_pre, t + k->CWL + B + k->tWR);
         for (int r = 0; r < k->ranks; r++) {
             if (r == ri) continue;
@@ -182,6 +182,28 @@ void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
     for (int i = 0; i < k->ranks; i++) c->refresh_next = MINT(c->refresh_next, c->ranks[i].refresh_due);
 }
 
+/* The n refreshes of rank r due from its refresh_due on, each at its due cycle, in one step:
+ * what n calls of mc_issue_ref at those cycles leave (each only raises the banks' terms to its
+ * cycle + tRFC, so the last one decides). Only for a rank whose banks are closed by then and
+ * whose channel is idle (sim.c, skip_idle_refreshes). */
+void mc_skip_refreshes(mc_sim *sim, channel *c, int r, uint64_t n)
+{
+    const mc_config *k = &sim->cfg;
+    rank_state *rk = &c->ranks[r];
+    const tick last = rk->refresh_due + (tick)(n - 1) * k->tREFI;
+    for (int b = 0; b < sim->nbanks; b++) {
+        if (sim->bank_rank[b] != r) continue;
+        bank *bk = &c->banks[b];
+        bk->next_act = MAXT(bk->next_act, last + k->tRFC);
+        bk->closed_at = MAXT(bk->closed_at, last + k->tRFC);
+        bank_moved(sim, c, b);
+        scope_moved(sim, c, b);
+    }
+    rk->refresh_due = last + k->tREFI;
+    c->refresh_next = NEVER;
+    for (int i = 0; i < k->ranks; i++) c->refresh_next = MINT(c->refresh_next, c->ranks[i].refresh_due);
+}
+
 /* All-bank (PIM) commands act on every bank of the PIM scope in lockstep: each waits for the
  * latest bank of the scope (the channel's scope_* maxima) and for the bus. */
 tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd)
@@ -208,7 +230,7 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
         /* only next_pre moves (and ready_at's copy of it). The banks' host choices depend on
          * open_row, hits and the queues, none of which a PIM column command changes, so they
          * are not marked dirty */
-        tick pre = t + (cmd == MC_CMD_PIM_RD ? k->tRTP : k->CWL + k->burst + k->tWR);
+        tick pre = t + (cmd == MC_CMD_PIM_RD ? (tick)k->tRTP : (tick)k->CWL + k->burst + k->tWR);
         while (m) {
             int b = __builtin_ctzll(m);
             m &= m - 1;

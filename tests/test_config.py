@@ -276,6 +276,25 @@ BAD = [
     ("timing", "tRTRS", "-2", "tRTRS: must not be negative"),
     ("timing", "tRRD_L", "2", "tRRD_L (2) is less than tRRD_S"),
     ("timing", "tRFC", "5000", "tRFC (5000) must be less than tREFI"),
+    # JEDEC relations and the ranges the C model holds (issue 25)
+    ("timing", "tRAS", "10", "tRAS (10) is less than tRCDRD (14)"),
+    ("timing", "tFAW", "15", "tFAW (15) is less than 4 x tRRD_S = 4 x 4 = 16"),
+    ("timing", "CWL", "40", "CWL (40) is more than CL + burst + tRTRS"),
+    ("timing", "tWR", "2147483648", "tWR: 2147483648 is more than the model holds"),
+    ("timing", "tCK", "1e-300", "tCK: 1e-300 ns is outside"),
+    ("timing", "tCK", "1e300", "tCK: 1e+300 ns is outside"),
+    ("timing", "tREFI", "270",
+     "refresh leaves too little time for requests: each rank refreshes for tRFC = 260 of "
+     "every tREFI = 270 cycles, 96.3% of the time; refresh may take at most 50%"),
+    ("timing", "tWR", "3700", "the 3640 cycles between two refreshes (tREFI / 1 - tRFC = "
+                              "3900 / 1 - 260) are fewer than one request's longest service"),
+    ("organization", "ranks", "16", "ranks: 16: the model holds at most 8 ranks"),
+    ("organization", "channels", "128", "channels x pseudo_channels = 128 x 1 = 128"),
+    ("organization", "bankgroups", "32", "= 128 banks per channel"),
+    ("controller", "queue_depth", "1000000", "queue_depth: 1000000 is more than the model's"),
+    ("controller", "row_hit_cap", "99999999999", "row_hit_cap: 99999999999 is more than"),
+    ("controller", "host_queue_depth", "8", "host_queue_depth: 8 is not more than "
+                                            "write_low_watermark (8)"),
     ("timing", "tRCDRDX", "1", "unknown parameter 'tRCDRDX'"),
     ("controller", "write_low_watermark", "24", "write_low_watermark (24) must be less than"),
     ("controller", "write_low_watermark", "33", "write_low_watermark: 33 is more than "
@@ -325,8 +344,13 @@ def test_trc_derived(tmp_path):
     f = tmp_path / "p.toml"
     f.write_text(_edit(HBM2_TEXT, "timing", "tRC", None))
     assert load_part(f).timing["tRC"] == 34 + 14
-    # tRC below tRAS + tRP is kept (it never binds): overriding tRP alone must work
-    assert load_part("hbm2", {"tRP": 16}).timing["tRC"] == 48
+    # overriding tRP alone works: the inherited tRC rises to tRAS + tRP (JEDEC's tRC; below
+    # it tRC never bound, so the simulation is the same)
+    assert load_part("hbm2", {"tRP": 16}).timing["tRC"] == 34 + 16
+    # one file setting all three inconsistently is refused
+    f.write_text(_edit(HBM2_TEXT, "timing", "tRC", "40"))
+    with pytest.raises(ConfigError, match=r"tRC \(40\) is less than tRAS \+ tRP = 34 \+ 14 = 48"):
+        load_part(f)
 
 
 def test_unknown_table_and_bad_toml(tmp_path):
@@ -398,3 +422,24 @@ def test_pseudo_channels(tmp_path):
 
 def test_paths_are_pathlib():
     assert isinstance(load_part("hbm2").path, pathlib.Path)
+
+
+def test_refresh_share_with_pim_ranks():
+    """Every rank's refresh blocks the PIM's all-bank commands: 4 ranks x tRFC 260 of every
+    tREFI 1000 leave nothing (issue 25's livelock), refused with the arithmetic."""
+    with pytest.raises(ConfigError) as exc:
+        load_part("hbm2_pim", {"organization.ranks": 4, "timing.tREFI": 1000})
+    msg = str(exc.value)
+    assert "[timing] tREFI" in msg and "ranks x tRFC = 4 x 260 = 1040" in msg
+    assert "104.0% of the time" in msg
+    # without refresh the same part loads; two ranks leave enough
+    load_part("hbm2_pim", {"organization.ranks": 4, "timing.tREFI": 1000,
+                           "controller.refresh": "none"})
+    load_part("hbm2_pim", {"organization.ranks": 2})
+
+
+def test_shipped_parts_load():
+    for name in ("hbm2", "hbm2_pim", "ddr4"):
+        p = load_part(name)
+        t = p.timing
+        assert t["tRC"] == t["tRAS"] + t["tRP"] and t["tFAW"] >= 4 * t["tRRD_S"]

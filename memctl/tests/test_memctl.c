@@ -430,6 +430,307 @@ static void text_reader(void)
           (unsigned long long)n, (unsigned long long)used, (unsigned long long)lines);
 }
 
+/* ---- hostile input (issue 25) ------------------------------------------------------------ */
+
+/* run records to the end: the rc of the first failing call, or MC_OK */
+static int run_all(mc_sim *sim, const mc_record *r, uint64_t n)
+{
+    uint64_t done = 0, consumed = 0;
+    int rc = MC_PAUSED;
+    mc_cmd buf[256];
+    while (rc == MC_PAUSED) {
+        rc = mc_feed(sim, r + done, n - done, 1, &consumed);
+        done += consumed;
+        while (mc_cmdlog_take(sim, buf, 256)) {}
+    }
+    if (rc != MC_OK) return rc;
+    do {
+        rc = mc_finish(sim);
+        while (mc_cmdlog_take(sim, buf, 256)) {}
+    } while (rc == MC_PAUSED);
+    return rc;
+}
+
+/* an epoch cap shorter than one request's service: every epoch still serves one (it used to
+ * hand authority over forever), by the config and by a PARAM record */
+static void short_epoch_cap_progresses(void)
+{
+    char err[256];
+    for (int via_param = 0; via_param < 2; via_param++) {
+        mc_config k = hbm2("authority");
+        if (!via_param) k.epoch_cap = 4;
+        mc_sim *sim = mc_new(&k, err, sizeof err);
+        mc_record r[3] = {{0, 0, 4, MC_PARAM, 0, MC_P_EPOCH_CAP},
+                          {0, 0, 0, MC_READ, MC_HOST, 0},
+                          {0, 0x100000, 0, MC_READ, MC_PIM, 0}};
+        int rc = via_param ? run_all(sim, r, 3) : run_all(sim, r + 1, 2);
+        mc_summary s;
+        mc_get_summary(sim, &s);
+        CHECK(rc == MC_OK && s.requests == 2 && s.cycles < 1000 && s.epochs <= 2,
+              "epoch cap 4 (param %d): rc %d, %llu requests, %llu cycles, %llu epochs: %s",
+              via_param, rc, (unsigned long long)s.requests, (unsigned long long)s.cycles,
+              (unsigned long long)s.epochs, mc_error(sim));
+        mc_free(sim);
+    }
+}
+
+/* the watchdog: a refresh that leaves no room (set behind check_config's back, as a bug
+ * would) is reported as a livelock naming the channel, not a hang */
+static void watchdog_reports_livelock(void)
+{
+    char err[256];
+    mc_config k = hbm2("authority");
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    sim->cfg.tREFI = 270; /* tRFC 260: 10 cycles between refreshes, tRCD 14 */
+    for (int ci = 0; ci < sim->nch; ci++) sim->ch[ci].ranks[0].refresh_due = sim->ch[ci].refresh_next = 270;
+    mc_record r = {300, 0x100000, 0, MC_READ, MC_HOST, 0};
+    int rc = run_all(sim, &r, 1);
+    CHECK(rc == MC_ERR_STUCK && strstr(mc_error(sim), "livelock: channel") &&
+              strstr(mc_error(sim), "1 host and 0 PIM requests wait"),
+          "watchdog: rc %d: %s", rc, mc_error(sim));
+    CHECK(mc_feed(sim, &r, 1, 1, &(uint64_t){0}) == MC_ERR_STATE, "feed after an error");
+    mc_free(sim);
+    /* a write buffer full at or below the low watermark (check_config refuses such a part):
+     * the front end waits for room that never comes, refresh after refresh */
+    k = hbm2("serial"); /* (one cursor: blocked, it asks for no more records) */
+    sim = mc_new(&k, err, sizeof err);
+    sim->host_qd = 1;
+    mc_record w[3] = {{0, 0, 0, MC_WRITE, MC_HOST, 0}, {0, 0x40, 0, MC_WRITE, MC_HOST, 0},
+                      {0, 0x80, 0, MC_READ, MC_HOST, 0}};
+    uint64_t consumed;
+    int rc2 = mc_feed(sim, w, 3, 0, &consumed);
+    CHECK(rc2 == MC_ERR_STUCK && strstr(mc_error(sim), "1 host and 0 PIM requests wait"),
+          "blocked front end: rc %d: %s", rc2, mc_error(sim));
+    mc_free(sim);
+    k.host_queue_depth = 8;
+    CHECK(mc_new(&k, err, sizeof err) == NULL && strstr(err, "host_queue_depth (8)"),
+          "host queue at the low watermark: %s", err);
+}
+
+static void refused_configs(void)
+{
+    char err[256];
+    struct { const char *what; mc_config k; } cases[16];
+    int n = 0;
+#define CASE(label, stmt) do { cases[n].what = label; cases[n].k = hbm2("authority"); \
+                               { mc_config *k = &cases[n].k; stmt; } n++; } while (0)
+    CASE("refresh takes", (k->tREFI = 270));
+    CASE("refresh takes", (k->ranks = 4, k->tREFI = 1000)); /* 4 x 260 > 1000: PIM starves */
+    CASE("between two refreshes", (k->tWR = 4000));
+    CASE("address field", (k->map_bits[2] = 5));      /* bank group: 32 values of 4 */
+    CASE("address field", (k->map_bits[4] = 30));     /* channel */
+    CASE("channels x pseudo_channels", (k->channels = 1 << 30, k->pseudo_channels = 4));
+    CASE("banks per channel", (k->ranks = 8, k->bankgroups = 1 << 29, k->banks_per_group = 8));
+    CASE("queue_depth", (k->queue_depth = 1 << 30));
+    CASE("bank_queue_depth", (k->bank_queue_depth = 1 << 30));
+    CASE("timing parameters must be >= 0", (k->tWR = -5));
+    CASE("offset_bits", (k->offset_bits = 70));
+    CASE("epoch_cap", (k->epoch_cap = -1));
+    CASE("CL + burst + tRTRS", (k->CWL = 2147483647, k->refresh = 0));
+#undef CASE
+    for (int i = 0; i < n; i++) {
+        err[0] = 0;
+        mc_sim *sim = mc_new(&cases[i].k, err, sizeof err);
+        CHECK(sim == NULL && strstr(err, cases[i].what), "case %d: '%s' expected, got: %s", i,
+              cases[i].what, sim ? "(accepted)" : err);
+        mc_free(sim);
+    }
+    /* NULL config, negative or zero errlen, NULL err: no write past the buffer */
+    char small[4] = {'x', 'x', 'x', 'x'};
+    CHECK(mc_new(NULL, err, sizeof err) == NULL && strstr(err, "NULL"), "NULL cfg: %s", err);
+    mc_config k = hbm2("authority");
+    k.tREFI = 1;
+    CHECK(mc_new(&k, small, -5) == NULL && small[0] == 'x', "negative errlen wrote");
+    CHECK(mc_new(&k, small, 0) == NULL && small[0] == 'x', "zero errlen wrote");
+    CHECK(mc_new(&k, NULL, 100) == NULL, "NULL err");
+    CHECK(mc_new(&k, small, 4) == NULL && small[3] == 0, "short err not terminated");
+}
+
+static void api_arguments(void)
+{
+    char err[256];
+    mc_config k = hbm2("authority");
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    mc_record r[2] = {{0, 0, 0, MC_READ, MC_HOST, 0}, {10, 0x40, 0, MC_WRITE, MC_PIM, 0}};
+    uint64_t consumed = 7, v = 99;
+    CHECK(mc_feed(sim, r, 2, 0, NULL) == MC_ERR_ARG, "NULL consumed");
+    CHECK(mc_feed(sim, NULL, 2, 0, &consumed) == MC_ERR_ARG, "NULL records");
+    CHECK(mc_feed(NULL, r, 2, 0, &consumed) == MC_ERR_ARG, "NULL sim");
+    CHECK(mc_finish(NULL) == MC_ERR_ARG, "finish NULL");
+    /* (the argument errors above left a message but do not stop the simulation) */
+    CHECK(run_all(sim, r, 2) == MC_OK, "run: %s", mc_error(sim));
+    CHECK(mc_feed(sim, r, 2, 1, &consumed) == MC_ERR_ARG && strstr(mc_error(sim), "after mc_finish"),
+          "feed after finish: %s", mc_error(sim));
+    mc_chan_stats cs;
+    CHECK(mc_get_chan_stats(sim, 0, 8, &cs) == MC_ERR_ARG, "channel 8 of 8");
+    CHECK(mc_get_chan_stats(sim, 0, -1, &cs) == MC_ERR_ARG, "channel -1");
+    CHECK(mc_get_chan_stats(sim, 5, 0, &cs) == MC_ERR_ARG, "requestor 5");
+    CHECK(mc_get_chan_stats(sim, 0, 0, NULL) == MC_ERR_ARG, "NULL stats");
+    CHECK(mc_get_chan_stats(sim, 0, 0, &cs) == MC_OK && cs.reads == 1, "channel 0 reads %llu",
+          (unsigned long long)cs.reads);
+    CHECK(mc_latency_percentile(sim, 2, -1, 0.5, &v) == MC_ERR_ARG && v == 99, "requestor 2");
+    CHECK(mc_latency_percentile(sim, 0, 64, 0.5, &v) == MC_ERR_ARG, "channel 64");
+    CHECK(mc_latency_percentile(sim, 0, -1, 0.0 / 0.0, &v) == MC_ERR_ARG, "q NaN");
+    CHECK(mc_latency_percentile(sim, 0, -1, 0.5, NULL) == MC_ERR_ARG, "NULL out");
+    CHECK(mc_latency_percentile(sim, 0, -1, 1.0, &v) == MC_OK && v > 0, "p100 %llu",
+          (unsigned long long)v);
+    CHECK(mc_mode_switches(sim, 9, &v) == MC_ERR_ARG && mc_mode_switches(sim, 0, NULL) == MC_ERR_ARG,
+          "mode switches");
+    CHECK(mc_mode_switches(sim, 0, &v) == MC_OK && v == 1, "mode switches of channel 0: %llu",
+          (unsigned long long)v);
+    CHECK(mc_get_summary(sim, NULL) == MC_ERR_ARG && mc_get_summary(NULL, NULL) == MC_ERR_ARG,
+          "summary NULL");
+    CHECK(mc_decode(sim, 0, NULL) == MC_ERR_ARG, "decode NULL");
+    uint64_t a, b, c;
+    CHECK(mc_layer_span(sim, 0, &a, NULL, &c) == MC_ERR_ARG && mc_layer_span(sim, 5, &a, &b, &c) == MC_OK,
+          "layer span");
+    CHECK(mc_cmdlog_take(sim, NULL, 10) == 0 && mc_completions_take(NULL, &a, &b, &c, 1) == 0,
+          "take NULL");
+    CHECK(strstr(mc_error(NULL), "NULL") != NULL, "mc_error(NULL)");
+    mc_free(sim);
+    /* arrival cycles beyond the simulator's range */
+    sim = mc_new(&k, err, sizeof err);
+    mc_record far[2] = {{0, 0, 0, MC_READ, MC_HOST, 0}, {(uint64_t)1 << 63, 0x40, 0, MC_READ, MC_HOST, 0}};
+    int rc = run_all(sim, far, 2);
+    CHECK(rc == MC_ERR_TRACE && strstr(mc_error(sim), "record 1: arrival cycle 9223372036854775808"),
+          "2^63: rc %d %s", rc, mc_error(sim));
+    mc_free(sim);
+}
+
+/* tWR near INT_MAX: the PIM precharge after a PIM write waits CWL + burst + tWR, summed in 64
+ * bits (it came 20 cycles after the write when the int sum wrapped) */
+static void huge_twr_sums_in_64_bits(void)
+{
+    char err[256];
+    mc_config k = hbm2("authority");
+    k.tWR = 2147483647;
+    k.refresh = 0;
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    CHECK(sim != NULL, "tWR INT_MAX, no refresh: %s", err);
+    if (!sim) return;
+    mc_cmdlog_enable(sim, 1000);
+    /* PIM write to row 0, then a PIM read of row 1 (same channel): PIM_PRE between */
+    mc_record r[2] = {{0, 0, 0, MC_WRITE, MC_PIM, 0}, {0, (uint64_t)1 << 18, 0, MC_READ, MC_PIM, 0}};
+    uint64_t consumed;
+    int rc = mc_feed(sim, r, 2, 1, &consumed);
+    if (rc == MC_OK) rc = mc_finish(sim);
+    CHECK(rc == MC_OK, "tWR INT_MAX run: rc %d %s", rc, mc_error(sim));
+    tick wr = -1, pre = -1;
+    mc_cmd buf[64];
+    uint64_t m = mc_cmdlog_take(sim, buf, 64);
+    for (uint64_t i = 0; i < m; i++) {
+        if (buf[i].command == MC_CMD_PIM_WR) wr = (tick)buf[i].cycle;
+        if (buf[i].command == MC_CMD_PIM_PRE && buf[i].requestor == MC_BY_PIM) pre = (tick)buf[i].cycle;
+    }
+    CHECK(wr >= 0 && pre >= wr + k.CWL + k.burst + (tick)k.tWR, "PIM_WR %lld, PIM_PRE %lld",
+          (long long)wr, (long long)pre);
+    mc_free(sim);
+}
+
+/* random configurations through mc_new and a short run (under ASan/UBSan with `make
+ * sanitize`): each is refused with a message or runs every request to completion */
+static int rnd(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return (int)((*s >> 8) & 0x7fffff);
+}
+
+static void random_configs(void)
+{
+    unsigned s = 12345;
+#define RND() rnd(&s)
+    const int pick[] = {0, 1, 2, 3, 4, 7, 8, 16, 31, 64, 100, 4000, 65536, 2147483647, -1,
+                        -2147483647 - 1};
+    const int np = (int)(sizeof pick / sizeof pick[0]);
+    int accepted = 0, refused = 0, bad = 0;
+    mc_record *r = make_trace(300, 1, 3);
+    for (int i = 0; i < 400; i++) {
+        mc_config k = hbm2(i % 3 == 0 ? "serial" : i % 3 == 1 ? "authority" : "bank_partition");
+        k.keep_completions = 0;
+        int *fields[] = {&k.channels, &k.ranks, &k.bankgroups, &k.banks_per_group, &k.CL,
+                         &k.CWL, &k.tRCDRD, &k.tRP, &k.tRAS, &k.tRC, &k.tFAW, &k.tWR, &k.tRTRS,
+                         &k.tREFI, &k.tRFC, &k.queue_depth, &k.bank_queue_depth, &k.write_high,
+                         &k.write_low, &k.issue_width, &k.map_bits[RND() % 7], &k.offset_bits,
+                         &k.mode_switch_cycles, &k.pim_column_cycles, &k.burst, &k.row_hit_cap};
+        const int nf = (int)(sizeof fields / sizeof fields[0]);
+        int changes = 1 + RND() % 3;
+        for (int j = 0; j < changes; j++) {
+            int f = RND() % nf;
+            *fields[f] = pick[RND() % np];
+        }
+        if (RND() % 2) k.refresh = 0;
+        char err[256] = "";
+        mc_sim *sim = mc_new(&k, err, sizeof err);
+        if (!sim) {
+            refused++;
+            bad += err[0] == 0;
+            continue;
+        }
+        accepted++;
+        int rc = run_all(sim, r, 300);
+        /* addresses beyond a smaller capacity are a clear trace error; nothing else may fail */
+        bad += !(rc == MC_OK || (rc == MC_ERR_TRACE && strstr(mc_error(sim), "capacity")));
+        if (rc != MC_OK && rc != MC_ERR_TRACE) fprintf(stderr, "config %d: rc %d %s\n", i, rc, mc_error(sim));
+        mc_free(sim);
+    }
+    free(r);
+    CHECK(bad == 0 && accepted > 20 && refused > 20, "random configs: %d accepted, %d refused, %d bad",
+          accepted, refused, bad);
+#undef RND
+}
+
+/* An idle gap crossed in one step accounts for its refreshes exactly as simulating them: the
+ * same trace with the command log on (every refresh simulated) and off (skipped) */
+static void idle_gap_both_ways(void)
+{
+    const char *policies[] = {"authority", "serial", "bank_partition"};
+    for (int pi = 0; pi < 3; pi++) {
+        for (int ranks = 1; ranks <= 2; ranks++) {
+            mc_summary sum[2];
+            mc_chan_stats cs[2][8][2];
+            for (int logged = 0; logged < 2; logged++) {
+                char err[256];
+                mc_config k = hbm2(policies[pi]);
+                k.ranks = ranks;
+                k.map_bits[1] = ranks - 1;
+                k.map_bits[0] = 15 - (ranks - 1);
+                mc_sim *sim = mc_new(&k, err, sizeof err);
+                if (!sim) { CHECK(0, "gap config: %s", err); return; }
+                if (logged) mc_cmdlog_enable(sim, 1 << 20);
+                mc_record r[6] = {{0, 0, 0, MC_READ, MC_HOST, 0},
+                                  {5, 0x100040, 0, MC_WRITE, MC_PIM, 0},
+                                  {200000, 0x2000, 0, MC_READ, MC_HOST, 0},
+                                  {200003, 0x100000, 0, MC_READ, MC_PIM, 0},
+                                  {200010, 0x40000, 0, MC_WRITE, MC_HOST, 0},
+                                  {431234, 0x40, 0, MC_READ, MC_HOST, 0}};
+                int rc = run_all(sim, r, 6);
+                CHECK(rc == MC_OK, "gap run: %s", mc_error(sim));
+                mc_get_summary(sim, &sum[logged]);
+                for (int c = 0; c < 8; c++)
+                    for (int q = 0; q < 2; q++) mc_get_chan_stats(sim, q, c, &cs[logged][c][q]);
+                mc_free(sim);
+            }
+            CHECK(memcmp(&sum[0], &sum[1], sizeof sum[0]) == 0 &&
+                      memcmp(cs[0], cs[1], sizeof cs[0]) == 0 && sum[0].refreshes > 800,
+                  "%s, %d ranks: skipped gap differs from the simulated one (%llu vs %llu "
+                  "refreshes, %llu vs %llu cycles)", policies[pi], ranks,
+                  (unsigned long long)sum[0].refreshes, (unsigned long long)sum[1].refreshes,
+                  (unsigned long long)sum[0].cycles, (unsigned long long)sum[1].cycles);
+        }
+    }
+    /* a gap of 10^12 cycles takes no time (it took forever refresh by refresh) */
+    char err[256];
+    mc_config k = hbm2("authority");
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    mc_record r[2] = {{0, 0, 0, MC_READ, MC_HOST, 0}, {1000000000000ull, 0x40, 0, MC_READ, MC_HOST, 0}};
+    mc_summary s;
+    CHECK(run_all(sim, r, 2) == MC_OK, "far gap: %s", mc_error(sim));
+    mc_get_summary(sim, &s);
+    CHECK(s.refreshes == 8 * (1000000000000ull / 3900) + 8 || s.refreshes == 8 * (1000000000000ull / 3900),
+          "far gap: %llu refreshes", (unsigned long long)s.refreshes);
+    mc_free(sim);
+}
+
 int main(void)
 {
     const char *policies[] = {"serial", "authority", "bank_partition"};
@@ -444,6 +745,13 @@ int main(void)
     bad_records();
     lone_write_drains_at_the_end();
     drained_writes_do_not_clog_a_bank();
+    short_epoch_cap_progresses();
+    watchdog_reports_livelock();
+    refused_configs();
+    api_arguments();
+    huge_twr_sums_in_64_bits();
+    random_configs();
+    idle_gap_both_ways();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

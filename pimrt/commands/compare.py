@@ -62,6 +62,8 @@ def run(args) -> int:
         raise ConfigError(f"unknown policies {bad}; choose from {', '.join(POLICIES)}")
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    from pimrt.output import atomic_write_text, check_out_dir, incomplete_folders, lock_out_dir
+    check_out_dir(args.out, create=False)   # before any work; created and locked below
     graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported)
               for m in models}
     args.slices = session.slices_for(args.batch, args.slices)
@@ -76,7 +78,7 @@ def run(args) -> int:
     times = {m: session.host_times(g, spec[m], args.groups, args.part, args.host_part,
                                    args.update, pipelined, slices=args.slices)
              if spec[m] != "measure" else (None, None) for m, g in graphs.items()}
-    args.out.mkdir(parents=True, exist_ok=True)
+    lock_out_dir(check_out_dir(args.out))  # one run at a time in it (released at exit)
     for m, g in graphs.items():          # on the GPU machine: a few seconds per model
         if spec[m] == "measure":
             (args.out / folders[m]).mkdir(parents=True, exist_ok=True)
@@ -91,7 +93,7 @@ def run(args) -> int:
     def finished(s: dict) -> None:       # written at once: an interrupted compare keeps it
         results.append(s)
         results.sort(key=lambda r: order[r["model"]])    # stable: each model's runs in order
-        results_path.write_text(json.dumps(results, indent=2))
+        atomic_write_text(results_path, json.dumps(results, indent=2))
         print(_row(s, first=len(results) == 1), flush=True)
 
     jobs = min(args.jobs, len(graphs))
@@ -103,7 +105,16 @@ def run(args) -> int:
         else:
             _in_parallel(graphs, policies, args, folders, times, jobs, finished)
     except KeyboardInterrupt:
-        print(f"interrupted: {len(results)} finished runs kept in {results_path}", file=sys.stderr)
+        if results:
+            print(f"interrupted: {len(results)} finished runs kept in {results_path}",
+                  file=sys.stderr)
+        else:
+            print(f"interrupted before any run finished: nothing written to {results_path}",
+                  file=sys.stderr)
+        half = incomplete_folders(args.out)
+        if half:
+            print(f"interrupted while writing {', '.join(map(str, half))}: their files may "
+                  f"mix this run's and an earlier one's (each file is whole)", file=sys.stderr)
         print(_table(results))
         return 130
     print()
@@ -130,7 +141,10 @@ def _model_runs(m: str, graph, policies: list[str], args, folder: str, times):
             graph, policy, args.groups, args.part, args.host_part, args.quiet, f"{m} {policy}",
             exchange=args.update, plan=not args.no_plan, host_times=host_times,
             slices=args.slices)
-        yield report.write_all(r, serial, meta, args.out / folder / policy, gpu, bound)
+        from pimrt.output import writing
+        with writing(args.out / folder / policy) as where:  # marked until every file is written
+            s = report.write_all(r, serial, meta, where, gpu, bound)
+        yield s
 
 
 def _model_worker(job: tuple) -> list[dict]:

@@ -5,7 +5,7 @@ import json
 import pathlib
 import sys
 
-from pimrt.errors import ConfigError
+from pimrt.errors import ConfigError, TraceError
 
 
 def register(subparsers) -> None:
@@ -76,6 +76,11 @@ def run(args) -> int:
     opts = Options(policy=args.policy, issue_width=args.issue_width, pim_banks=pim_banks,
                    host_high_watermark=args.high_watermark, pim_high_watermark=args.high_watermark,
                    epoch_cap=args.epoch_cap, window=args.window)
+    _check_trace_path(args.trace, args.format)
+    from pimrt.output import atomic_write_text, check_out_file
+    for opt in ("stats", "csv", "cmdlog"):  # before the simulation, not after it
+        if getattr(args, opt) is not None:
+            check_out_file(getattr(args, opt), f"--{opt}")
     trace = open_trace(args.trace, args.format, capacity_bytes=part.capacity_bytes, part=part)
     bar = None
     if not args.quiet and sys.stderr.isatty():   # (tqdm's import costs ~15 ms of a 0.2 s run)
@@ -88,13 +93,37 @@ def run(args) -> int:
     finally:
         if bar is not None:
             bar.close()
+    if stats["requests"] == 0:
+        what = ("holds no records (empty, or only comments)" if stats["records"] == 0 else
+                f"holds no requests (its {stats['records']} records are all markers)")
+        raise TraceError(f"{args.trace}: {what}: nothing to simulate")
     stats["trace"] = str(args.trace)
     if args.stats:
-        args.stats.write_text(json.dumps(stats, indent=2))
+        atomic_write_text(args.stats, json.dumps(stats, indent=2, allow_nan=False))
     if args.csv:
         write_stats_csv(stats, args.csv)
     print(summary_table(stats))
     return 0
+
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def _check_trace_path(path: pathlib.Path, fmt: str | None) -> None:
+    """The cases the trace readers would misname: a directory, a file that is not .npy."""
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    if not path.exists():
+        return  # the reader says "no such trace file"
+    if fmt == "npy" or (fmt is None and path.suffix == ".npy"):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(len(NPY_MAGIC))
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror}") from None
+        if head != NPY_MAGIC:
+            raise TraceError(f"{path}: not a .npy file (it does not start with NumPy's header); "
+                             f"for a text trace leave --format out or give its format")
 
 
 def summary_table(s: dict) -> str:

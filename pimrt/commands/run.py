@@ -72,6 +72,8 @@ def run(args) -> int:
 
     if args.policy not in POLICIES:
         raise ConfigError(f"unknown policy {args.policy!r}; choose one of {', '.join(POLICIES)}")
+    from pimrt.output import check_out_dir, lock_out_dir
+    check_out_dir(args.out, create=False)    # before any work; created and locked below
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
     slices = session.slices_for(args.batch, args.slices)
@@ -85,7 +87,7 @@ def run(args) -> int:
                                               args.host_part, exchange.mode, pipelined,
                                               slices=slices)
     out = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    lock_out_dir(check_out_dir(out))         # one run at a time in it (released at exit)
     if args.host_times == "measure":
         times, host_info = session.host_times(
             graph, "measure", args.groups, args.part, args.host_part, exchange.mode, pipelined,

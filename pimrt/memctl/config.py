@@ -114,6 +114,20 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
 }
 OPTIONAL_TABLES = {"pim"}
 
+#: the C model (memctl/memctl.h) holds every integer of a part in a C int; its queues are
+#: arrays it allocates per channel; its channels, ranks and banks per channel are bounded
+INT_MAX = 2**31 - 1
+MAX_QUEUE = 65536          # MC_MAX_QUEUE
+MAX_CHANNELS = 64          # MC_MAX_CHANNELS (channels x pseudo_channels)
+MAX_BANKS = 64             # MC_MAX_BANKS (ranks x bankgroups x banks_per_group)
+MAX_RANKS = 8
+MAX_ADDRESS_BITS = 62
+MAX_REQUEST_BYTES = 1 << 20
+#: tCK in ns: beyond these the figures (GB/s, ns) lose their meaning or overflow
+TCK_RANGE = (1e-3, 1e6)
+#: refresh may take at most this share of the time (memctl/sim.c, check_config)
+MAX_REFRESH_SHARE = 0.5
+
 ROW_POLICIES = ("open", "closed")
 SCHEDULERS = ("frfcfs",)
 REFRESH_POLICIES = ("rank", "none")
@@ -480,6 +494,18 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
         if not _is_pow2(org[key]):
             fail("organization", key, f"must be a power of two (the address mapping takes "
                  f"log2 bits of it), found {org[key]}")
+    nch = org["channels"] * org["pseudo_channels"]
+    if nch > MAX_CHANNELS:
+        fail("organization", "channels", f"channels x pseudo_channels = {org['channels']} x "
+             f"{org['pseudo_channels']} = {nch}: the model holds at most {MAX_CHANNELS}")
+    if org["ranks"] > MAX_RANKS:
+        fail("organization", "ranks", f"{org['ranks']}: the model holds at most {MAX_RANKS} "
+             f"ranks per channel")
+    nbanks = org["ranks"] * org["bankgroups"] * org["banks_per_group"]
+    if nbanks > MAX_BANKS:
+        fail("organization", "banks_per_group", f"ranks x bankgroups x banks_per_group = "
+             f"{org['ranks']} x {org['bankgroups']} x {org['banks_per_group']} = {nbanks} banks "
+             f"per channel: the model holds at most {MAX_BANKS}")
     if org["bus_width"] % 8:
         fail("organization", "bus_width", f"must be a multiple of 8 bits, found "
              f"{org['bus_width']}")
@@ -489,6 +515,9 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
              f"request must be a power of two")
     if org["burst_length"] < 2:
         fail("organization", "burst_length", "must be at least 2 (double data rate)")
+    if req > MAX_REQUEST_BYTES:
+        fail("organization", "bus_width", f"bus_width / 8 x burst_length = {req} bytes per "
+             f"request: the model takes at most {MAX_REQUEST_BYTES}")
     phys_cols = org["columns"] * _column_factor(part_t["standard"], org["burst_length"])
     if phys_cols < org["burst_length"]:
         fail("organization", "columns", f"{org['columns']} columns hold less than one burst "
@@ -503,11 +532,33 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
     if "tRC" not in timing:
         timing["tRC"] = timing["tRAS"] + timing["tRP"]
         origin[("timing", "tRC")] = str(path)
+    tck = timing["tCK"]
+    if not TCK_RANGE[0] <= tck <= TCK_RANGE[1]:
+        fail("timing", "tCK", f"{tck!r} ns is outside {TCK_RANGE[0]:g}..{TCK_RANGE[1]:g} ns "
+             f"(the bandwidth and time figures would be meaningless or overflow)")
     if timing["tRAS"] > timing["tRC"]:
         fail("timing", "tRAS", f"tRAS ({timing['tRAS']}) is greater than tRC "
              f"({timing['tRC']})")
-    # tRC < tRAS + tRP is allowed (e.g. an override of tRP alone): tRC then never binds, the
-    # ACT -> PRE -> ACT distance being tRAS + tRP anyway.
+    if timing["tRC"] < timing["tRAS"] + timing["tRP"]:
+        # JEDEC: tRC = tRAS + tRP. A layer that changes tRAS or tRP alone (an override of tRP,
+        # an include) lifts the tRC it inherited (it never binds below tRAS + tRP: the same
+        # simulation); one layer that sets all three inconsistently is refused.
+        srcs = {origin.get(("timing", k)) for k in ("tRC", "tRAS", "tRP")}
+        if len(srcs) == 1:
+            fail("timing", "tRC", f"tRC ({timing['tRC']}) is less than tRAS + tRP = "
+                 f"{timing['tRAS']} + {timing['tRP']} = {timing['tRAS'] + timing['tRP']}")
+        timing["tRC"] = timing["tRAS"] + timing["tRP"]
+    for k in ("tRCDRD", "tRCDWR"):
+        if timing["tRAS"] < timing[k]:
+            fail("timing", "tRAS", f"tRAS ({timing['tRAS']}) is less than {k} "
+                 f"({timing[k]}): a row must stay open at least until it can be read")
+    if timing["tFAW"] < 4 * timing["tRRD_S"]:
+        fail("timing", "tFAW", f"tFAW ({timing['tFAW']}) is less than 4 x tRRD_S = 4 x "
+             f"{timing['tRRD_S']} = {4 * timing['tRRD_S']}")
+    burst = org["burst_length"] // 2
+    if timing["CL"] + burst + timing["tRTRS"] < timing["CWL"]:
+        fail("timing", "CWL", f"CWL ({timing['CWL']}) is more than CL + burst + tRTRS = "
+             f"{timing['CL']} + {burst} + {timing['tRTRS']}")
     for long, short in (("tCCD_L", "tCCD_S"), ("tRRD_L", "tRRD_S"), ("tWTR_L", "tWTR_S")):
         if timing[long] < timing[short]:
             fail("timing", long, f"{long} ({timing[long]}) is less than {short} "
@@ -515,6 +566,14 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
     if timing["tRFC"] >= timing["tREFI"]:
         fail("timing", "tRFC", f"tRFC ({timing['tRFC']}) must be less than tREFI "
              f"({timing['tREFI']})")
+    if pim is not None and isinstance(pim.get("units_per_bankgroup"), int) \
+            and pim["units_per_bankgroup"] > 0:
+        col = org["banks_per_group"] // pim["units_per_bankgroup"] * timing["tCCD_L"]
+        if col > INT_MAX:
+            fail("timing", "tCCD_L", f"the PIM's column cycles, banks per unit x tCCD_L = "
+                 f"{col}, are more than the model holds ({INT_MAX})")
+    if ctrl.get("refresh", "rank") != "none":
+        _check_refresh(timing, org, pim, fail)
     order = list(SCHEMA["timing"])
     timing = {k: timing[k] for k in order if k in timing}
 
@@ -530,6 +589,9 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
     ctrl.setdefault("host_queue_depth", qd)
     ctrl.setdefault("write_high_watermark", max(1, qd * 3 // 4))
     ctrl.setdefault("write_low_watermark", min(qd // 4, ctrl["write_high_watermark"] - 1))
+    for key in ("queue_depth", "host_queue_depth", "bank_queue_depth"):
+        if ctrl[key] > MAX_QUEUE:
+            fail("controller", key, f"{ctrl[key]} is more than the model's {MAX_QUEUE}")
     hi, lo = ctrl["write_high_watermark"], ctrl["write_low_watermark"]
     if hi > qd:
         fail("controller", "write_high_watermark", f"{hi} is more than queue_depth {qd}")
@@ -538,11 +600,19 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
     if lo >= hi:
         fail("controller", "write_low_watermark", f"write_low_watermark ({lo}) must be less "
              f"than write_high_watermark ({hi})")
+    if lo >= ctrl["host_queue_depth"]:
+        fail("controller", "host_queue_depth", f"{ctrl['host_queue_depth']} is not more than "
+             f"write_low_watermark ({lo}): the host's write buffer, full at or below the low "
+             f"watermark, would never drain while the host waits for room")
     mapping_text = ctrl["address_mapping"]
     try:
         fields = _parse_mapping(mapping_text, org, phys_cols)
     except ValueError as exc:
         fail("controller", "address_mapping", f"{mapping_text!r}: {exc}")
+    bits = sum(b for _, b in fields) + _log2(req)
+    if bits > MAX_ADDRESS_BITS:
+        fail("controller", "address_mapping", f"the organisation needs {bits} address bits; the "
+             f"model maps at most {MAX_ADDRESS_BITS}")
     order = list(SCHEMA["controller"])
     ctrl = {k: ctrl[k] for k in order}
 
@@ -579,6 +649,42 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
     )
 
 
+def _check_refresh(timing: Mapping, org: Mapping, pim: Mapping | None, fail) -> None:
+    """Refresh must leave requests time (memctl/sim.c, check_config): it may take at most
+    MAX_REFRESH_SHARE of the time of what it blocks (a rank; with PIM units the all-bank
+    commands, which every rank's refresh blocks), and between two such refreshes there must
+    be room for one request's longest service, or a request could wait forever."""
+    t = timing
+    blocking = org["ranks"] if pim is not None else 1
+    busy = blocking * t["tRFC"]
+    share = busy / t["tREFI"]
+    who = (f"the PIM's all-bank commands wait for every rank's refresh: ranks x tRFC = "
+           f"{blocking} x {t['tRFC']} = {busy}" if pim is not None else
+           f"each rank refreshes for tRFC = {t['tRFC']}")
+    if share > MAX_REFRESH_SHARE:
+        fail("timing", "tREFI", f"refresh leaves too little time for requests: {who} of every "
+             f"tREFI = {t['tREFI']} cycles, {100 * share:.1f}% of the time; refresh may take "
+             f"at most {100 * MAX_REFRESH_SHARE:.0f}% (requests need the rest)")
+    burst = org["burst_length"] // 2
+    terms = [("tRP", t["tRP"]), ("max(tRCDRD, tRCDWR)", max(t["tRCDRD"], t["tRCDWR"])),
+             ("tRC", t["tRC"]), ("max(CL, CWL + tWR)", max(t["CL"], t["CWL"] + t["tWR"])),
+             ("burst", burst), ("tFAW", t["tFAW"])]
+    terms += [(k, t[k]) for k in ("tCCD_L", "tCCD_S", "tWTR_L", "tWTR_S", "tRTP", "tRRD_L",
+                                  "tRRD_S", "tRTRS")]
+    if pim is not None:
+        units = pim["units_per_bankgroup"]
+        col = (org["banks_per_group"] // units if units else 1) * t["tCCD_L"]
+        terms += [("2 x mode_switch_cycles", 2 * pim["mode_switch_cycles"]),
+                  ("PIM column cycles", col)]
+    need = sum(v for _, v in terms)
+    window = t["tREFI"] // blocking - t["tRFC"]
+    if need > window:
+        fail("timing", "tREFI", f"refresh leaves too little time for requests: the "
+             f"{window} cycles between two refreshes (tREFI / {blocking} - tRFC = "
+             f"{t['tREFI']} / {blocking} - {t['tRFC']}) are fewer than one request's longest "
+             f"service, {' + '.join(n for n, _ in terms)} = {need}")
+
+
 def _check_kind(value, kind: str, fail):
     if kind == "bool":
         if not isinstance(value, bool):
@@ -593,6 +699,8 @@ def _check_kind(value, kind: str, fail):
             fail(f"must be a number, found {value!r}")
         if not (value > 0) or math.isinf(value):
             fail(f"must be positive, found {value!r}")
+        if isinstance(value, int) and value > INT_MAX:
+            fail(f"{value} is more than the model holds (at most {INT_MAX})")
         return float(value) if isinstance(value, float) else value
     # integer kinds
     if isinstance(value, float) and value.is_integer():
@@ -603,6 +711,8 @@ def _check_kind(value, kind: str, fail):
         fail(f"must be positive, found {value}")
     if kind == "cycles" and value < 0:
         fail(f"must not be negative, found {value}")
+    if value > INT_MAX:
+        fail(f"{value} is more than the model holds (a 32-bit integer: at most {INT_MAX})")
     return value
 
 

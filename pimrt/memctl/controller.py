@@ -65,6 +65,14 @@ def make_config(part: Part, opts: Options):
         raise ConfigError(f"unknown policy {opts.policy!r}; choose one of {', '.join(POLICIES)}")
     if opts.issue_width < 1:
         raise ConfigError(f"issue width must be >= 1, got {opts.issue_width}")
+    for name, lo, hi in (("issue_width", 1, 2**31 - 1), ("host_high_watermark", 0, 2**31 - 1),
+                         ("pim_high_watermark", 0, 2**31 - 1), ("host_low_watermark", 0, 2**31 - 1),
+                         ("pim_low_watermark", 0, 2**31 - 1), ("epoch_cap", 0, 2**60),
+                         ("min_epoch", 0, 2**60)):
+        v = getattr(opts, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
+            raise ConfigError(f"{name.replace('_', ' ')} {v!r}: expected an integer in "
+                              f"{lo}..{hi}")
     o, t, c = part.org, part.timing, part.controller
     cfg = ffi.new("mc_config *")
     for name in ("channels", "pseudo_channels", "ranks", "bankgroups", "banks_per_group", "rows",
@@ -127,8 +135,12 @@ class CommandLog:
 
     def __init__(self, out: str | pathlib.Path | IO[str]):
         self._own = not hasattr(out, "write")
-        self.file = open(out, "w", newline="") if self._own else out
-        self.file.write(CMDLOG_HEADER + "\n")
+        self.name = str(out) if self._own else getattr(out, "name", "command log")
+        try:
+            self.file = open(out, "w", newline="") if self._own else out
+            self.file.write(CMDLOG_HEADER + "\n")
+        except OSError as exc:
+            raise _write_error(self.name, exc) from None
         self.count = 0
 
     def write(self, cmds: np.ndarray) -> None:
@@ -146,12 +158,23 @@ class CommandLog:
         lines = cols[0]
         for col in cols[1:]:
             lines = np.char.add(np.char.add(lines, ","), col)
-        self.file.write("\n".join(lines.tolist()) + "\n")
+        try:
+            self.file.write("\n".join(lines.tolist()) + "\n")
+        except OSError as exc:
+            raise _write_error(self.name, exc) from None
         self.count += len(cmds)
 
     def close(self) -> None:
         if self._own:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError as exc:
+                raise _write_error(self.name, exc) from None
+
+
+def _write_error(name: str, exc: OSError):
+    from pimrt.output import OutputError
+    return OutputError(f"{name}: cannot write: {exc.strerror or exc}")
 
 
 class Controller:
@@ -269,14 +292,16 @@ class Controller:
         seconds = cycles * tck * 1e-9
         nch = part.channel_count
         cs = ffi.new("mc_chan_stats *")
+        ms = ffi.new("uint64_t *")
         per_channel = []
         totals = {who: _zero() for who in ("host", "pim")}
         for ch in range(nch):
+            self._check(lib.mc_mode_switches(self._sim, ch, ms), "stats")
             entry = {"channel": ch // part.org["pseudo_channels"],
                      "pseudo_channel": ch % part.org["pseudo_channels"],
-                     "mode_switches": int(lib.mc_mode_switches(self._sim, ch))}
+                     "mode_switches": int(ms[0])}
             for r, who in enumerate(("host", "pim")):
-                lib.mc_get_chan_stats(self._sim, r, ch, cs)
+                self._check(lib.mc_get_chan_stats(self._sim, r, ch, cs), "stats")
                 d = _chan_dict(cs, seconds)
                 entry[who] = d
                 for key in _SUMMED:
@@ -479,7 +504,8 @@ class _Prefetch:
 
 def write_stats_csv(stats: dict, path: str | pathlib.Path) -> None:
     """One row per channel and requestor."""
-    with open(path, "w", newline="") as f:
+    from pimrt.output import atomic_open
+    with atomic_open(path, "w", newline="") as f:
         w = None
         for entry in stats["channels"]:
             for who in ("host", "pim"):

@@ -104,9 +104,15 @@ def save(path, times: dict[Kernel, float], meta: dict) -> pathlib.Path:
     lines = [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
     rows = [json.dumps({"layer": k[0], "phase": k[1], "channels": [k[2], k[3]],
                         "samples": k[4], "ms": ms}) for k, ms in times.items()]
-    path.write_text("{\n" + "\n".join(lines) + '\n "kernels": [\n  '
-                    + ",\n  ".join(rows) + "\n ]\n}\n")       # one kernel a line
+    from pimrt.output import atomic_write_text
+    atomic_write_text(path, "{\n" + "\n".join(lines) + '\n "kernels": [\n  '
+                      + ",\n  ".join(rows) + "\n ]\n}\n")     # one kernel a line
     return path
+
+
+#: the longest kernel time a file may give (ms): one kernel of a training step; beyond it the
+#: compute cycles leave what the DELAY records of the memory model hold
+MAX_MS = 1e4
 
 
 def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
@@ -123,15 +129,24 @@ def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
             from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not a host-times file (JSON nested too deep)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), list):
         raise ConfigError(f"{path}: expected an object with a 'kernels' list "
                           f"(format {FORMAT})")
     if doc.get("format", FORMAT) != FORMAT:
         raise ConfigError(f"{path}: format {doc['format']!r}, this pimrt reads {FORMAT!r}")
     batch, shape = doc.get("batch"), doc.get("input_shape")
+    if batch is not None and type(batch) is not int:
+        raise ConfigError(f"{path}: batch {batch!r}, expected an integer ({graph.batch})")
     if batch is not None and batch != graph.batch:
         raise ConfigError(f"{path}: measured at batch {batch}, this run is at batch "
                           f"{graph.batch}; kernel times do not carry over between batches")
+    if shape is not None and not (isinstance(shape, list) and all(type(d) is int for d in shape)):
+        raise ConfigError(f"{path}: input_shape {shape!r}, expected a list of integers such as "
+                          f"{list(graph.input_shape)}")
     if shape is not None and list(shape) != list(graph.input_shape):
         raise ConfigError(f"{path}: measured with input {list(shape)}, this run's input is "
                           f"{list(graph.input_shape)}")
@@ -140,6 +155,7 @@ def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
         raise ConfigError(f"{path}: measured on model {model!r}, this run is "
                           f"{graph.model_name!r}")
     times: dict[Kernel, float] = {}
+    first: dict[Kernel, int] = {}
     for i, rec in enumerate(doc["kernels"]):
         where = f"{path}: kernels[{i}]"
         if not isinstance(rec, dict):
@@ -161,15 +177,20 @@ def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
             raise ConfigError(f"{where}: channels {ch!r}, expected [lo, hi] with "
                               f"0 <= lo < hi <= {cout} ({layer}'s output channels)")
         if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) \
-                or ms <= 0:
+                or not 0 < ms <= MAX_MS:
             raise ConfigError(f"{where}: ms {ms!r}, expected a positive number of "
-                              f"milliseconds")
+                              f"milliseconds, at most {MAX_MS:g} (one kernel)")
         samples = rec.get("samples", graph.batch)
         if type(samples) is not int or not 1 <= samples <= graph.batch \
                 or graph.batch % samples:
             raise ConfigError(f"{where}: samples {samples!r}, expected a divisor of the "
                               f"batch ({graph.batch}): the images the kernel ran on")
-        times[(layer, phase, ch[0], ch[1], samples)] = float(ms)
+        key = (layer, phase, ch[0], ch[1], samples)
+        if key in times:
+            raise ConfigError(f"{where}: {layer} {phase} channels {ch} samples {samples} "
+                              f"appears twice (first at kernels[{first[key]}])")
+        first[key] = i
+        times[key] = float(ms)
     return times, {k: v for k, v in doc.items() if k not in ("kernels", "format")}
 
 

@@ -7,6 +7,7 @@ import json
 import math
 import pathlib
 
+from pimrt.output import atomic_open, atomic_savefig, atomic_write_text
 from pimrt.runtime.attribution import PHASE_CLASS, PHASES, layer_shares
 from pimrt.runtime.timing import StepTiming
 
@@ -189,7 +190,7 @@ def write_chrome_trace(run: StepTiming, path, tck_ns: float | None = None) -> No
         for ch in range(int(run.modes["channel"].max()) + 1):
             ev.append({"name": "thread_name", "ph": "M", "pid": 4, "tid": ch,
                        "args": {"name": f"channel {ch}"}})
-    pathlib.Path(path).write_text(json.dumps({"traceEvents": ev}))
+    atomic_write_text(path, json.dumps({"traceEvents": ev}))
 
 
 def layer_rows(run: StepTiming, serial: StepTiming | None) -> list[dict]:
@@ -224,7 +225,7 @@ def layer_rows(run: StepTiming, serial: StepTiming | None) -> list[dict]:
 def write_layer_csv(run: StepTiming, serial: StepTiming | None, path) -> list[dict]:
     rows = layer_rows(run, serial)
     fields = list(dict.fromkeys(k for r in rows for k in r)) or ["layer"]
-    with open(path, "w", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
@@ -250,7 +251,7 @@ def plot(run: StepTiming, rows: list[dict], out_dir, serial: StepTiming | None =
     ax.set_title(f"{run.policy}, {run.groups} groups: {run.seconds * 1e3:.2f} ms")
     fig.tight_layout()
     paths.append(out_dir / "timeline.png")
-    fig.savefig(paths[-1], dpi=110)
+    atomic_savefig(fig, paths[-1], dpi=110)
     plt.close(fig)
     sp = [r for r in rows if "speedup" in r]
     if sp:
@@ -281,7 +282,7 @@ def plot(run: StepTiming, rows: list[dict], out_dir, serial: StepTiming | None =
                       "(a cycle split among the tasks running in it)")
         fig.tight_layout()
         paths.append(out_dir / "layer_speedup.png")
-        fig.savefig(paths[-1], dpi=110)
+        atomic_savefig(fig, paths[-1], dpi=110)
         plt.close(fig)
     return paths
 
@@ -294,5 +295,5 @@ def write_all(run: StepTiming, serial: StepTiming | None, meta: dict, out_dir,
     write_chrome_trace(run, out_dir / "trace.json")
     rows = write_layer_csv(run, serial, out_dir / "layers.csv")
     s["plots"] = [str(p) for p in plot(run, rows, out_dir, serial)]
-    (out_dir / "summary.json").write_text(json.dumps(s, indent=2))
+    atomic_write_text(out_dir / "summary.json", json.dumps(s, indent=2))
     return s

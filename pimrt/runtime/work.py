@@ -19,6 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
+from pimrt.errors import ConfigError
 from pimrt.graph import LayerGraph
 from pimrt.host import HostWork, load_host_part
 from pimrt.memctl.config import Part, encode_address
@@ -205,7 +206,10 @@ def _interleave(addr: np.ndarray, op: np.ndarray, requestor: int, compute: int,
     """Requests in batches, each followed by a DELAY with its share of `compute` cycles."""
     n = len(addr)
     nb = max(1, -(-n // batch)) if compute > 0 else 0
-    out = _records(n + nb)
+    # a DELAY record holds 32 bits: a compute time its batches' DELAYs cannot hold gets more
+    # DELAYs, one after another at the end (their sum is the same wait)
+    extra = max(0, -(-compute // (2**32 - 1)) - nb) if nb else 0
+    out = _records(n + nb + extra)
     if nb == 0:
         out["addr"], out["op"], out["requestor"] = addr, op, requestor
         return out
@@ -213,8 +217,12 @@ def _interleave(addr: np.ndarray, op: np.ndarray, requestor: int, compute: int,
     pos = idx + idx // batch                 # a DELAY after every `batch` requests
     out["addr"][pos], out["op"][pos], out["requestor"][pos] = addr, op, requestor
     dpos = np.minimum(np.arange(1, nb + 1) * (batch + 1) - 1, n + nb - 1)
-    share = np.full(nb, compute // nb, dtype=np.int64)
-    share[: compute % nb] += 1
+    if extra:
+        dpos = np.concatenate([dpos, np.arange(n + nb, n + nb + extra)])
+    share = np.full(nb + extra, compute // (nb + extra), dtype=np.int64)
+    share[: compute % (nb + extra)] += 1
+    if share[0] >= 2**32:  # (cannot happen: the extra DELAYs above)
+        raise ConfigError(f"a compute time of {compute} cycles does not fit its DELAY records")
     out["op"][dpos] = DELAY
     out["requestor"][dpos] = requestor
     out["value"][dpos] = share

@@ -41,18 +41,18 @@ def _load_factory(spec: str):
         sys.modules[mod_name] = module
         try:
             loader_spec.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - the user's file may raise anything
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's file may raise anything
             del sys.modules[mod_name]
             raise UserModelError(f"model {spec!r}: loading {path} failed: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+                                 f"{_why(exc)}") from exc
     else:
         if "" not in sys.path and str(pathlib.Path.cwd()) not in sys.path:
             sys.path.insert(0, str(pathlib.Path.cwd()))   # as `python -m` would find it
         try:
             module = importlib.import_module(where)
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 (sys.exit() in the file too)
             raise UserModelError(f"model {spec!r}: cannot import module {where!r}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+                                 f"{_why(exc)}") from exc
     if not hasattr(module, attr):
         names = sorted(n for n, v in vars(module).items()
                        if not n.startswith("_") and (isinstance(v, type) and issubclass(v, nn.Module)
@@ -66,6 +66,13 @@ def _load_factory(spec: str):
     return factory
 
 
+def _why(exc: BaseException) -> str:
+    """What the user's code raised, in words (sys.exit() raises SystemExit)."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def build_user_model(spec: str, input_size: int, device=None) -> nn.Module:
     """Build the model ``spec`` names (on ``device``; "meta" allocates nothing) and give it the
     attributes zoo models carry (pimrt_name, input_size, num_classes from its output)."""
@@ -76,21 +83,24 @@ def build_user_model(spec: str, input_size: int, device=None) -> nn.Module:
                 model = factory()
         else:
             model = factory()
-    except Exception as exc:  # noqa: BLE001
-        raise UserModelError(f"model {spec!r}: building it failed: {type(exc).__name__}: "
-                             f"{exc} (pimrt calls it with no arguments)") from exc
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 (sys.exit() in the file too)
+        raise UserModelError(f"model {spec!r}: building it failed: {_why(exc)} "
+                             f"(pimrt calls it with no arguments)") from exc
     if not isinstance(model, nn.Module):
         raise UserModelError(f"model {spec!r}: returned a {type(model).__name__}, not a "
                              f"torch.nn.Module")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise UserModelError(f"model {spec!r}: has no trainable parameters: a training step "
+                             f"has nothing to compute gradients for")
     on_meta = device is not None and torch.device(device).type == "meta"
     try:
         probe = model if on_meta else copy.deepcopy(model).to("meta")   # a shape probe
         with torch.no_grad():
             out = probe.train(False)(torch.empty(2, 3, input_size, input_size, device="meta"))
         model.train(True)
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 (sys.exit() in the file too)
         raise UserModelError(f"model {spec!r}: a (2, 3, {input_size}, {input_size}) input "
-                             f"fails: {type(exc).__name__}: {exc}") from exc
+                             f"fails: {_why(exc)}") from exc
     if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 2:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise UserModelError(f"model {spec!r}: returns {shape} for a batch of 2; pimrt trains "

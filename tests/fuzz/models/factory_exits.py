@@ -1,0 +1,5 @@
+import sys
+
+
+def Net():
+    sys.exit('no')
