@@ -154,8 +154,9 @@ def plot(rows: list[dict], path: pathlib.Path) -> pathlib.Path:
             ax.set_xticklabels(models, fontsize=8)
             ax.set_ylabel(label)
             ax.set_title(f"{size}x{size}, batch {rows[0]['batch']}")
-    axes[0][1].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(variants), fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
