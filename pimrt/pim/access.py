@@ -34,7 +34,7 @@ _WORK = {"stream": ("elements",), "channel": ("channels", "elements"),
          "pool": ("images", "height", "width", "channels")}
 
 
-def _family(kernel: str) -> str:
+def family(kernel: str) -> str:
     if kernel in K.STREAM_KERNELS:
         return "stream"
     if kernel in K.CHANNEL_KERNELS:
@@ -47,7 +47,7 @@ def _family(kernel: str) -> str:
 def kernel_streams(kernel: str) -> tuple[str, ...]:
     """The stream names of `kernel` in index order: inputs, outputs, then a channel kernel's
     per-channel constants ("par") and sums ("acc")."""
-    fam = _family(kernel)
+    fam = family(kernel)
     if fam == "stream":
         return K.STREAM_KERNELS[kernel].streams
     if fam == "channel":
@@ -56,7 +56,7 @@ def kernel_streams(kernel: str) -> tuple[str, ...]:
 
 
 def _work(kernel: str, lanes: int, work: dict) -> tuple[int, ...]:
-    fam = _family(kernel)
+    fam = family(kernel)
     want = _WORK[fam]
     if set(work) != set(want):
         raise PimError(f"kernel {kernel}: work is {', '.join(f'{w}=' for w in want)} "
@@ -74,7 +74,7 @@ def _work(kernel: str, lanes: int, work: dict) -> tuple[int, ...]:
 
 def _layout(kernel: str, lanes: int, vals: tuple[int, ...]):
     """-> (program words, loop counts, per pointer (stream index, first column))."""
-    fam = _family(kernel)
+    fam = family(kernel)
     if fam == "stream":
         k = K.STREAM_KERNELS[kernel]
         idx = {s: i for i, s in enumerate(k.streams)}

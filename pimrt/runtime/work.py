@@ -144,8 +144,9 @@ def bank_work(kernel: str, task: Task, ctx: Context) -> dict:
     evenly; batch norm's channels whole, several a bank, or where there are fewer channels
     than banks each channel over banks/channels banks; pooling's images whole (channels-last),
     or where there are fewer images than banks a band of whole window rows of one image."""
+    from pimrt.pim.access import family as kernel_family
     banks = ctx.part.channel_count * ctx.pim_scope
-    family = _family(kernel)
+    family = kernel_family(kernel)
     if family == "stream":
         return {"elements": max(1, -(-task.numel // banks))}
     layer = ctx.graph[task.layer]
@@ -167,12 +168,6 @@ def bank_work(kernel: str, task: Task, ctx: Context) -> dict:
     return {"images": 1, "height": 2 * pairs, "width": w, "channels": channels}
 
 
-def _family(kernel: str) -> str:
-    from pimrt.pim import kernels as K
-    return "stream" if kernel in K.STREAM_KERNELS else \
-        "channel" if kernel in K.CHANNEL_KERNELS else "pool"
-
-
 def pim_kernel_cycles(kernel: str, work: dict, ctx: Context) -> float:
     """Memory cycles a unit takes for `kernel` on its banks' share (`work` a bank): the
     unit's clock cycles for the program (pimrt.pim.access.bank_cycles, exact, at the part's
@@ -191,7 +186,8 @@ def pim_kernel_cycles(kernel: str, work: dict, ctx: Context) -> float:
 
 def pim_memory_cycles(kernel: str, numel: int, ctx: Context) -> float:
     """pim_kernel_cycles of a stream kernel on `numel` elements spread over the PIM's banks."""
-    if _family(kernel) != "stream":
+    from pimrt.pim.access import family
+    if family(kernel) != "stream":
         raise ValueError(f"{kernel}: pim_memory_cycles takes stream kernels")
     banks = ctx.part.channel_count * ctx.pim_scope
     return pim_kernel_cycles(kernel, {"elements": max(1, -(-numel // banks))}, ctx)
@@ -331,10 +327,7 @@ def gpu_records(task: Task, ctx: Context) -> np.ndarray:
     for passes in GPU_KERNELS[(task.kind, task.phase)]:
         addrs, ops = [], []
         for rw, role, frac in passes:
-            if role == "index":
-                region = ctx.placement[f"index:{task.layer}"]
-            else:
-                region = _role_region(task, role, ctx)
+            region = _role_region(task, role, ctx)
             start, nbytes = _task_slice(task, region)
             a, o = _stream_lines(start, nbytes * frac, WRITE if rw == "W" else READ)
             addrs.append(a)
@@ -466,8 +459,9 @@ def pim_records(task: Task, ctx: Context) -> np.ndarray:
 
 
 def _role_region(task: Task, role: str, ctx: Context):
-    if role == "result":
-        return ctx.placement[f"act:{task.layer}"]
+    """_region_for, and the op's own output ("result") and max-pool indices ("index")."""
+    if role in ("result", "index"):
+        return ctx.placement[f"{'act' if role == 'result' else 'index'}:{task.layer}"]
     return _region_for(task, role, ctx)
 
 
