@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-.venv/bin/pimrt run --model resnet18 --batch 32 --input 32 --policy authority --groups 4 \
+.venv/bin/pimrt run --model resnet18 --batch 32 --input 32 --policy authority \
     --functional golden --out results/resnet18

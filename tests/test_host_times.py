@@ -38,19 +38,20 @@ def fake_gpu(monkeypatch):
     return asked
 
 
-def _kernels(graph, part=None):
+def _kernels(graph, part=None, groups=None):
     """The kernels `pimrt run` needs at its default groups and slices (on its default part)."""
     from pimrt.runtime.session import DEFAULT_PART, slices_for
-    from pimrt.runtime.timing import group_rule, slice_rule, step_part
+    from pimrt.runtime.timing import DEFAULT_GROUPS, group_rule, slice_rule, step_part
+    groups = groups or DEFAULT_GROUPS
     slices = slices_for(graph.batch)
     part = step_part(part or DEFAULT_PART, "v100")
-    return ht.step_kernels(graph, 4, group_rule(part, "v100", 4), slices=slices,
-                           slice_rule=slice_rule(part, slices))
+    return ht.step_kernels(graph, groups, group_rule(part, "v100", groups), slices=slices,
+                           slice_rule=slice_rule(part, slices, groups=groups))
 
 
 def test_the_kernels_of_a_step():
     graph = captured(MODEL, 32, 32)    # at batch 32 the group rule splits some CONVs, and the
-    wanted = _kernels(graph, "hbm2_pim")   # slice rule slices some (their slices fill a row
+    wanted = _kernels(graph, "hbm2_pim", 4)   # slice rule slices some (their slices fill a row
                                            # span: 256 KiB on one stack)
     assert len(wanted) == len(set(wanted))
     serial = ht.step_kernels(graph, 4, None, pipelined=False)

@@ -21,9 +21,11 @@ def register(subparsers) -> None:
                         "baseline of the speedups and always runs)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--input", type=int, default=224, help="input height and width (32 or 224)")
-    p.add_argument("--groups", type=int, default=4,
-                   help="most output-channel groups per CONV (each gets as many as its "
-                        "arithmetic intensity covers: docs/runtime.md)")
+    p.add_argument("--groups", type=int, default=1,  # pimrt.runtime.timing.DEFAULT_GROUPS
+                   help="most output-channel groups per CONV (default 1: each CONV runs whole and "
+                        "the forward pass is pipelined by batch slices, the shorter step on "
+                        "the default system; above 1 each CONV gets as many as its arithmetic "
+                        "intensity covers: docs/runtime.md)")
     p.add_argument("--slices", type=int, default=None,
                    help="batch slices of the forward pass (see pimrt run --help; default: the "
                         "largest divisor of the batch up to 4)")

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
                    help="as pimrt run (the ops run on the host, not timed here)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--input", type=int, default=32, help="input height and width")
-    p.add_argument("--groups", type=int, default=4,
+    p.add_argument("--groups", type=int, default=1,  # pimrt.runtime.timing.DEFAULT_GROUPS
                    help="most output-channel groups per CONV, as the runs to replay use")
     p.add_argument("--slices", type=int, default=None,
                    help="batch slices of the forward pass, as the runs to replay use "

@@ -22,9 +22,11 @@ def register(subparsers) -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--input", type=int, default=32, help="input height and width (32 or 224)")
     p.add_argument("--policy", default="authority", help="serial, bank_partition, authority")
-    p.add_argument("--groups", type=int, default=4,
-                   help="most output-channel groups per CONV (each gets as many as its "
-                        "arithmetic intensity covers: docs/runtime.md)")
+    p.add_argument("--groups", type=int, default=1,  # pimrt.runtime.timing.DEFAULT_GROUPS
+                   help="most output-channel groups per CONV (default 1: each CONV runs whole and "
+                        "the forward pass is pipelined by batch slices, the shorter step on "
+                        "the default system; above 1 each CONV gets as many as its arithmetic "
+                        "intensity covers: docs/runtime.md)")
     p.add_argument("--slices", type=int, default=None,
                    help="batch slices of the forward pass: a CONV whose weights are small "
                         "beside its feature maps runs slice by slice and the PIM follows slice "

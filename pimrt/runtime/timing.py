@@ -167,6 +167,12 @@ def group_rule(part, host_part, groups: int = 4):
     return count
 
 
+# most output-channel groups per CONV by default: 1, the forward pass pipelined by batch slices
+# only. On the default system (four stacks) channel groups lengthen every one of the five CNNs'
+# steps (batch 32, 32x32, authority, at most 1 / 2 / 4 groups: ResNet-18 10.631 / 10.640 /
+# 10.671 ms, MobileNetV2 4.931 / 5.047 / 5.176; docs/runtime-measurements.md); `--groups 4` asks
+# for them (the one-stack part's choice).
+DEFAULT_GROUPS = 1
 DEFAULT_SLICES = 4     # most batch slices of the forward pass (docs/runtime.md)
 # how much longer a CONV's batch slices may take the host (modelled) than its channel groups:
 # the pipeline across layers hides some (batch 32, 32x32, authority, slack 0.05 / 0.15 / 0.3:
@@ -321,7 +327,7 @@ def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange,
     return (build(defer) if defer else schedule), duration, defer
 
 
-def time_step(graph: LayerGraph, policy: str = "authority", groups: int = 4,
+def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAULT_GROUPS,
               part="v100_hbm2_pim", host_part="v100", issue_width: int | None = None, progress=None,
               options: dict | None = None, rule: bool | None = None,
               layrub: bool = False, exchange=None, plan: bool = True,
@@ -437,7 +443,7 @@ def _task_times(ctl, n: int) -> tuple[np.ndarray, np.ndarray]:
     return ev[0:2 * n:2, 0], ev[1:2 * n:2, 1]
 
 
-def contention_free_bound(graph: LayerGraph, groups: int = 4, part="v100_hbm2_pim",
+def contention_free_bound(graph: LayerGraph, groups: int = DEFAULT_GROUPS, part="v100_hbm2_pim",
                           host_part="v100", issue_width: int | None = None, progress=None,
                           plan: bool = True, host_times=None, slices: int | None = None,
                           exchange=None) -> dict:
