@@ -1,6 +1,7 @@
 /* The front end: offers trace records in order, up to issue_width requests per cycle once
  * their arrival cycle has passed, stopping at the first the controller refuses (a full
  * queue). Markers take effect at their place in the trace. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,10 @@ static int layer_index(mc_sim *sim, uint32_t id, uint32_t *out)
 static int apply_param(mc_sim *sim, const mc_record *r, uint64_t index)
 {
     tick v = (tick)r->value;
+    if (r->param != MC_P_EPOCH_CAP && r->param != MC_P_MIN_EPOCH && r->value > INT_MAX)
+        return mc_set_error(sim, MC_ERR_TRACE, "record %llu: policy parameter id %u: watermark "
+                            "%lu out of range 0..%d", (unsigned long long)index,
+                            (unsigned)r->param, (unsigned long)r->value, INT_MAX);
     switch (r->param) {
     case MC_P_HIGH_WATERMARK: sim->hwm[MC_HOST] = sim->hwm[MC_PIM] = (int)r->value; break;
     case MC_P_HOST_HWM: sim->hwm[MC_HOST] = (int)r->value; break;

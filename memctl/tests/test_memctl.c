@@ -474,6 +474,21 @@ static void short_epoch_cap_progresses(void)
     }
 }
 
+/* a watermark PARAM beyond int: a clear error naming the record, not a negative watermark */
+static void watermark_beyond_int_is_refused(void)
+{
+    char err[256];
+    mc_config k = hbm2("authority");
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    mc_record r[2] = {{0, 0, 3000000000u, MC_PARAM, 0, MC_P_HOST_HWM},
+                      {0, 0, 0, MC_READ, MC_HOST, 0}};
+    int rc = run_all(sim, r, 2);
+    CHECK(rc == MC_ERR_TRACE && strstr(mc_error(sim), "record 0") &&
+          strstr(mc_error(sim), "3000000000 out of range"), "watermark 3e9: rc %d: %s", rc,
+          mc_error(sim));
+    mc_free(sim);
+}
+
 /* the watchdog: a refresh that leaves no room (set behind check_config's back, as a bug
  * would) is reported as a livelock naming the channel, not a hang */
 static void watchdog_reports_livelock(void)
@@ -746,6 +761,7 @@ int main(void)
     lone_write_drains_at_the_end();
     drained_writes_do_not_clog_a_bank();
     short_epoch_cap_progresses();
+    watermark_beyond_int_is_refused();
     watchdog_reports_livelock();
     refused_configs();
     api_arguments();

@@ -90,6 +90,8 @@ def run(args) -> int:
         stats = run_trace(trace, part, opts, cmdlog=args.cmdlog,
                           progress=bar.update if bar is not None else None,
                           where=str(args.trace))
+    except TraceError as exc:
+        raise TraceError(record_to_line(str(exc), args.trace, trace.format)) from None
     finally:
         if bar is not None:
             bar.close()
@@ -107,6 +109,30 @@ def run(args) -> int:
 
 
 NPY_MAGIC = b"\x93NUMPY"
+# text formats with one record on each data line (ramulator_cpu's lines may hold two)
+ONE_RECORD_A_LINE = {"pimrt", "dramsim3", "ramulator", "ramulator_dram", "ramulator_rw"}
+
+
+def record_to_line(message: str, path, fmt: str) -> str:
+    """memctl names a bad record by its index ("TRACE: record N: ..."); in a text trace with a
+    record on each data line (blank and `#` lines skipped) say its line instead, as the text
+    readers do ("TRACE:LINE: ...")."""
+    import re  # noqa: PLC0415
+    m = re.match(re.escape(str(path)) + r": record (\d+): ", message)
+    if m is None or fmt not in ONE_RECORD_A_LINE:
+        return message
+    want, seen = int(m.group(1)), -1
+    try:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                line = raw.strip()
+                if line and not line.startswith(b"#"):
+                    seen += 1
+                    if seen == want:
+                        return f"{path}:{number}: {message[m.end():]}"
+    except OSError:
+        pass
+    return message
 
 
 def _check_trace_path(path: pathlib.Path, fmt: str | None) -> None:
