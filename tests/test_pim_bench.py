@@ -62,6 +62,9 @@ def test_bench_arguments_are_checked_before_any_build(capsys):
     assert cli.main(["bench", "pim_ops", "--lanes", "8,x"]) == 2
     assert "--lanes wants comma-separated lane counts" in capsys.readouterr().err
     assert cli.main(["bench", "pim_ops", "--clocks", "0"]) == 2
+    for lanes in ("0", "12", "64"):
+        assert cli.main(["bench", "pim", "--lanes", f"8,{lanes}"]) == 2
+        assert f"--lanes: {lanes} is not a power of two" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -68,6 +68,19 @@ def _inputs(name: str, n: int, rng):
     return (lambda b: K.avgpool2_backward(b, dy, x.shape)), x.size, work
 
 
+def parse_lanes(text: str) -> list[int]:
+    """--lanes: comma-separated lane counts, each a power of two from 1 to 32."""
+    from pimrt.pim.errors import PimError
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise PimError(f"--lanes wants comma-separated lane counts, got {text!r}") from None
+    bad = [n for n in counts if not (1 <= n <= 32 and n & (n - 1) == 0)]
+    if bad:
+        raise PimError(f"--lanes: {', '.join(map(str, bad))} is not a power of two from 1 to 32")
+    return counts
+
+
 def _time(fn, backends, repeat: int) -> list[tuple[float, int, float]]:
     """(best wall time, cycles, best CPU time of this process) of `fn` on each backend, the
     backends taking turns run for run so that they see the same load."""
@@ -92,10 +105,7 @@ def run(args) -> int:
     if unknown:
         raise PimError(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(K.KERNELS)}")
     rows, cols = args.rows, 32
-    try:
-        lane_counts = [int(v) for v in args.lanes.split(",")]
-    except ValueError:
-        raise PimError(f"--lanes wants comma-separated lane counts, got {args.lanes!r}") from None
+    lane_counts = parse_lanes(args.lanes)
     if args.baseline_hw and not os.path.isdir(args.baseline_hw):
         raise PimError(f"--baseline-hw: no directory {args.baseline_hw}")
     print(f"building / loading the RTL models (cached under {os.environ.get('PIMRT_CACHE', '~/.cache/pimrt')}) ...",

@@ -67,10 +67,8 @@ def _unit(lanes: int, hw_dir):
 
 def run(args) -> int:
     from pimrt.pim.errors import PimError
-    try:
-        lane_counts = [int(v) for v in args.lanes.split(",")]
-    except ValueError:
-        raise PimError(f"--lanes wants comma-separated lane counts, got {args.lanes!r}") from None
+    from pimrt.bench.pim import parse_lanes
+    lane_counts = parse_lanes(args.lanes)
     if args.clocks < 1:
         raise PimError(f"--clocks must be at least 1, got {args.clocks}")
     if args.baseline_hw and not os.path.isdir(args.baseline_hw):
