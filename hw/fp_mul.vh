@@ -4,7 +4,7 @@
 // Datapath: 24x24 product, normalise the leading one to bit 47 (log2 shifter), shift right
 // into the subnormal range when the exponent underflows (collecting sticky bits), round, pack.
 function automatic [31:0] fp_mul(input [31:0] opa, input [31:0] opb);
-    reg               s, a_nan, b_nan, a_inf, b_inf, a_zero, b_zero, rnd, lost;
+    reg               s, top, a_nan, b_nan, a_inf, b_inf, a_zero, b_zero, rnd, lost;
     reg        [47:0] p;
     reg        [5:0]  lz, sh;
     reg signed [11:0] e;
@@ -33,7 +33,9 @@ function automatic [31:0] fp_mul(input [31:0] opa, input [31:0] opb);
             if (p[47:40] == 8'd0)  begin p = p << 8;  lz = lz + 6'd8;  end
             if (p[47:44] == 4'd0)  begin p = p << 4;  lz = lz + 6'd4;  end
             if (p[47:46] == 2'd0)  begin p = p << 2;  lz = lz + 6'd2;  end
-            if (!p[47])            begin p = p << 1;  lz = lz + 6'd1;  end
+            top = p[47];             // the last step as a multiplexer: 50/50 on normal operands
+            p = top ? p : {p[46:0], 1'b0};
+            lz = lz + {5'd0, !top};
             // exponent field of the result when the leading one is the hidden bit
             e = 12'sd47 - $signed({6'd0, lz}) - 12'sd173
                 + ((opa[30:23] == 8'd0) ? 12'sd1 : $signed({4'd0, opa[30:23]}))

@@ -51,3 +51,39 @@ def test_bench_runs_and_writes_json(tmp_path, capsys):
     assert r["relu_fwd", 8]["ratio_driver_over_pyverilator"] > 1
     assert r["relu_fwd", 8]["cycles_per_element"] > 0.25
     assert r["relu_fwd", 16]["cycles_per_element"] > 0.125
+    assert r["relu_fwd", 16]["ratio_driver_over_pyverilator"] > 1      # pyverilator at 16 too
+    assert all(isinstance(x["meets_target"], bool) for x in doc["results"])
+    assert "kernels at 20 M elements/s or more" in text
+
+
+def test_bench_arguments_are_checked_before_any_build(capsys):
+    assert cli.main(["bench", "pim", "--baseline-hw", "/no/such/dir"]) == 2
+    assert "--baseline-hw: no directory /no/such/dir" in capsys.readouterr().err
+    assert cli.main(["bench", "pim_ops", "--lanes", "8,x"]) == 2
+    assert "--lanes wants comma-separated lane counts" in capsys.readouterr().err
+    assert cli.main(["bench", "pim_ops", "--clocks", "0"]) == 2
+    for lanes in ("0", "12", "64"):
+        assert cli.main(["bench", "pim", "--lanes", f"8,{lanes}"]) == 2
+        assert f"--lanes: {lanes} is not a power of two" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_baseline_and_op_costs(tmp_path, capsys):
+    """--baseline-hw times a second build (here the same Verilog copied elsewhere) in turn
+    with the current one; pim_ops prints a row per instruction kind."""
+    import shutil
+
+    from pimrt.pim import build, testing
+    testing.skip_without_verilator()
+    hw = tmp_path / "hw"
+    shutil.copytree(build.HW_DIR, hw)
+    out = tmp_path / "bench.json"
+    assert cli.main(["bench", "pim", "--kernels", "sgd", "--elements", "4000", "--repeat", "1",
+                     "--rows", "8", "--lanes", "8", "--no-pyverilator", "--baseline-hw", str(hw),
+                     "--json", str(out)]) == 0
+    (r,) = json.loads(out.read_text())["results"]
+    assert r["baseline_driver_elements_per_s"] > 0 and r["pyverilator_elements_per_s"] is None
+    assert "base Me/s" in capsys.readouterr().out
+    assert cli.main(["bench", "pim_ops", "--lanes", "8", "--clocks", "3000"]) == 0
+    text = capsys.readouterr().out
+    assert all(f"\n{name:12s}" in text for name in ("NOP", "MAD", "ADD A (sum)"))

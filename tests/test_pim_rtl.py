@@ -142,3 +142,35 @@ def test_avgpool_backward_rtl_equal_golden(rtl):
     g = GoldenBackend(rows=ROWS, cols=COLS)
     a = K.avgpool2_backward(rtl, dy, (2, 9, 4, 6))
     assert (a.view(np.uint32) == K.avgpool2_backward(g, dy, (2, 9, 4, 6)).view(np.uint32)).all()
+
+
+@pytest.mark.slow
+def test_rtl_at_16_lanes_equals_golden():
+    """The pyverilator models at 16 lanes (their own cached builds): every lane op on edge
+    values, every stream kernel, pooling and batch norm == the golden model at 16 lanes,
+    values and cycles."""
+    testing.skip_without_verilator()
+    from pimrt.pim import fp
+    from pimrt.pim.rtl import LaneRtl, PimRtl
+    lanes = LaneRtl(lanes=16)
+    a, b = testing.edge_pairs()
+    c = np.resize(testing.EDGES[::-1], a.shape).astype(np.uint32)
+    for name in isa.LANE_OPS:
+        assert (lanes.compute(name, a, b, c) == fp.apply(name, a, b, c)).all(), name
+    rtl = PimRtl(rows=ROWS, cols=COLS, lanes=16)
+    g = GoldenBackend(rows=ROWS, cols=COLS, lanes=16)
+    rng = np.random.default_rng(16)
+    for name, k in sorted(K.STREAM_KERNELS.items()):
+        arrays = {s: rng.standard_normal(16 * 19 + 5).astype(np.float32) for s in k.inputs}
+        scal = {s: float(rng.standard_normal()) for s in k.scalars}
+        rg, rr = K.run_stream(g, name, arrays, scal), K.run_stream(rtl, name, arrays, scal)
+        assert rr.cycles == rg.cycles, name
+        for s in rg.outputs:
+            assert (rr.outputs[s].view(np.uint32) == rg.outputs[s].view(np.uint32)).all(), (name, s)
+    x = rng.standard_normal((2, 20, 4, 6)).astype(np.float32)
+    for fn in (K.avgpool2_forward, K.maxpool2_forward):
+        assert (fn(rtl, x).view(np.uint32) == fn(g, x).view(np.uint32)).all(), fn.__name__
+    gamma, beta = rng.random(20).astype(np.float32) + 0.5, rng.standard_normal(20).astype(np.float32)
+    for got, want in zip(K.batchnorm_forward(rtl, x, gamma, beta), K.batchnorm_forward(g, x, gamma, beta)):
+        assert (np.asarray(got).view(np.uint32) == np.asarray(want).view(np.uint32)).all()
+    assert {k: v[0] for k, v in rtl.stats.items()} == {k: v[0] for k, v in g.stats.items()}

@@ -11,7 +11,7 @@ import numpy as np
 HELP = ("PIM unit kernels: elements per wall-second through the batch driver (C++) and "
         "through per-cycle pyverilator driving, and cycles per element")
 
-TARGET_RATE = 20e6        # elements per second, ReLU forward, batch driver
+TARGET_RATE = 20e6        # elements per second through the batch driver, every kernel
 TARGET_RATIO = 50.0       # batch driver over pyverilator
 
 
@@ -25,8 +25,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--kernels", default="all", help="comma-separated kernel names")
     parser.add_argument("--rows", type=int, default=2048, help="bank rows (columns per row: 32)")
     parser.add_argument("--lanes", default="8,16",
-                        help="lane counts of the unit to build and measure (default 8,16; "
-                             "pyverilator and the host port at 8 only)")
+                        help="lane counts of the unit to build and measure (default 8,16)")
+    parser.add_argument("--no-pyverilator", action="store_true",
+                        help="skip the host-port and pyverilator columns (they build a "
+                             "pyverilator model per lane count, minutes the first time)")
+    parser.add_argument("--baseline-hw", metavar="DIR",
+                        help="also build the batch driver from another copy of hw/ (e.g. an "
+                             "older revision's, `git worktree add`) and time it beside the "
+                             "current one, run for run, under the same load")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     parser.add_argument("--update-cycles", action="store_true",
                         help="write the cycles-per-element table the timing model reads "
@@ -62,15 +68,32 @@ def _inputs(name: str, n: int, rng):
     return (lambda b: K.avgpool2_backward(b, dy, x.shape)), x.size, work
 
 
-def _time(fn, backend, repeat: int) -> tuple[float, int]:
-    best = float("inf")
+def parse_lanes(text: str) -> list[int]:
+    """--lanes: comma-separated lane counts, each a power of two from 1 to 32."""
+    from pimrt.pim.errors import PimError
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise PimError(f"--lanes wants comma-separated lane counts, got {text!r}") from None
+    bad = [n for n in counts if not (1 <= n <= 32 and n & (n - 1) == 0)]
+    if bad:
+        raise PimError(f"--lanes: {', '.join(map(str, bad))} is not a power of two from 1 to 32")
+    return counts
+
+
+def _time(fn, backends, repeat: int) -> list[tuple[float, int, float]]:
+    """(best wall time, cycles, best CPU time of this process) of `fn` on each backend, the
+    backends taking turns run for run so that they see the same load."""
+    best = [float("inf")] * len(backends)
+    cpu = [float("inf")] * len(backends)
     for _ in range(max(1, repeat)):
-        backend.stats.clear()
-        t0 = time.perf_counter()
-        fn(backend)
-        best = min(best, time.perf_counter() - t0)
-    cycles = sum(v[0] for v in backend.stats.values())
-    return best, cycles
+        for i, backend in enumerate(backends):
+            backend.stats.clear()
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn(backend)
+            best[i] = min(best[i], time.perf_counter() - t0)
+            cpu[i] = min(cpu[i], time.process_time() - c0)
+    return [(t, sum(v[0] for v in b.stats.values()), c) for t, b, c in zip(best, backends, cpu)]
 
 
 def run(args) -> int:
@@ -82,50 +105,19 @@ def run(args) -> int:
     if unknown:
         raise PimError(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(K.KERNELS)}")
     rows, cols = args.rows, 32
-    try:
-        lane_counts = [int(v) for v in args.lanes.split(",")]
-    except ValueError:
-        raise PimError(f"--lanes wants comma-separated lane counts, got {args.lanes!r}") from None
+    lane_counts = parse_lanes(args.lanes)
+    if args.baseline_hw and not os.path.isdir(args.baseline_hw):
+        raise PimError(f"--baseline-hw: no directory {args.baseline_hw}")
     print(f"building / loading the RTL models (cached under {os.environ.get('PIMRT_CACHE', '~/.cache/pimrt')}) ...",
           flush=True)
     load0 = os.getloadavg()[0]
     rows_out = []
     for lanes in lane_counts:
-        rows_out += _measure(names, lanes, rows, cols, args, full=lanes == lane_counts[0])
+        rows_out += _measure(names, lanes, rows, cols, args)
     load1 = os.getloadavg()[0]
-    print()
-    print(f"PIM unit, bank {rows} x {cols} columns; driver: {args.elements} elements per "
-          f"kernel, best of {args.repeat}; pyverilator and port: {args.pv_elements} elements, "
-          f"at {lane_counts[0]} lanes.")
-    print("driver = batch driver, bank data by backdoor copy; port = batch driver, bank data "
-          "through the host port (1 column/clock, like pyverilator); pyverilator = per-cycle "
-          "driving from Python; col acc/e = the unit's column accesses (4*lanes bytes) per "
-          "element; DRAM/e = 64-byte DRAM column accesses per element (pimrt.pim.access).")
-    hdr = (f"{'kernel':16s} {'lanes':>5s} {'driver Me/s':>11s} {'port Me/s':>10s} "
-           f"{'pyv ke/s':>9s} {'drv/pyv':>8s} {'cyc/elem':>8s} {'col acc/e':>9s} "
-           f"{'DRAM/e':>7s} {'Mcyc/s':>7s}")
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows_out:
-        pv = r["pyverilator_elements_per_s"]
-        print(f"{r['kernel']:16s} {r['lanes']:5d} {r['driver_elements_per_s'] / 1e6:11.2f} "
-              + (f"{r['driver_port_elements_per_s'] / 1e6:10.2f} {pv / 1e3:9.2f} "
-                 f"{r['ratio_driver_over_pyverilator']:8.0f} " if pv else f"{'-':>10s} {'-':>9s} {'-':>8s} ")
-              + f"{r['cycles_per_element']:8.4f} {r['column_accesses_per_element']:9.4f} "
-              f"{r['dram_columns_per_element']:7.4f} {r['driver_cycles_per_s'] / 1e6:7.2f}")
-    print(f"(1-minute load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} CPUs; "
-          "the figures are wall-clock and shrink when the machine is shared)")
-    status = 0
-    relu = next((r for r in rows_out if r["kernel"] == "relu_fwd"), None)   # first lanes
-    if relu:
-        rate, ratio = relu["driver_elements_per_s"], relu["ratio_driver_over_pyverilator"]
-        ok1, ok2 = rate >= TARGET_RATE, ratio >= TARGET_RATIO
-        print(f"ReLU forward through the batch driver: {rate / 1e6:.1f} M elements/s "
-              f"(target {TARGET_RATE / 1e6:.0f} M): "
-              + ("met" if ok1 else f"SHORT by {100 * (1 - rate / TARGET_RATE):.0f}%"))
-        print(f"batch driver / pyverilator: {ratio:.0f}x (target {TARGET_RATIO:.0f}x): "
-              + ("met" if ok2 else "SHORT"))
+    _report(rows_out, lane_counts, rows, cols, args, (load0, load1))
     doc = {"lanes": lane_counts, "bank_rows": rows, "bank_cols": cols,
+           "baseline_hw": args.baseline_hw, "target_elements_per_s": TARGET_RATE,
            "load_average": [load0, load1], "results": rows_out}
     if args.json:
         with open(args.json, "w") as fh:
@@ -133,31 +125,92 @@ def run(args) -> int:
         print(f"wrote {args.json}")
     if args.update_cycles:
         _update_table(rows_out, lane_counts, rows, cols, args)
-    return status
+    return 0
 
 
-def _measure(names, lanes: int, rows: int, cols: int, args, full: bool) -> list[dict]:
-    """Each kernel at `lanes` lanes: the batch driver (and with `full` the host port and
-    pyverilator), the golden model's column counts, the access model's DRAM columns."""
+def _report(rows_out, lane_counts, rows: int, cols: int, args, loads) -> None:
+    base = bool(args.baseline_hw)
+    print()
+    print(f"PIM unit, bank {rows} x {cols} columns; driver: {args.elements} elements per "
+          f"kernel, best of {args.repeat}; pyverilator and port: {args.pv_elements} elements.")
+    print("driver = batch driver, bank data by backdoor copy (elements per wall-clock second; "
+          "cpu: per second of this process's CPU time, what it gets with a core to itself)"
+          + (f"; base = the batch driver built from {args.baseline_hw}, timed in turn with "
+             "driver; x cpu = driver / base in CPU time" if base else "")
+          + "; port = batch driver, bank data through the host port (1 column/clock, like "
+          "pyverilator); pyverilator = per-cycle driving from Python; col acc/e = the unit's "
+          "column accesses (4*lanes bytes) per element; DRAM/e = 64-byte DRAM column accesses "
+          f"per element (pimrt.pim.access); target = driver >= {TARGET_RATE / 1e6:.0f} M elements/s.")
+    hdr = (f"{'kernel':16s} {'lanes':>5s} {'driver Me/s':>11s} {'cpu':>6s} "
+           + (f"{'base Me/s':>9s} {'cpu':>6s} {'x cpu':>5s} " if base else "")
+           + f"{'port Me/s':>10s} {'pyv ke/s':>9s} {'drv/pyv':>8s} {'cyc/elem':>8s} "
+           f"{'col acc/e':>9s} {'DRAM/e':>7s} {'Mcyc/s':>7s} {'target':>6s}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows_out:
+        pv = r["pyverilator_elements_per_s"]
+        line = (f"{r['kernel']:16s} {r['lanes']:5d} {r['driver_elements_per_s'] / 1e6:11.2f} "
+                f"{r['driver_elements_per_cpu_s'] / 1e6:6.2f} ")
+        if base:
+            b, bc = r["baseline_driver_elements_per_s"], r["baseline_driver_elements_per_cpu_s"]
+            line += f"{b / 1e6:9.2f} {bc / 1e6:6.2f} {r['driver_elements_per_cpu_s'] / bc:5.2f} "
+        line += (f"{r['driver_port_elements_per_s'] / 1e6:10.2f} {pv / 1e3:9.2f} "
+                 f"{r['ratio_driver_over_pyverilator']:8.0f} " if pv
+                 else f"{'-':>10s} {'-':>9s} {'-':>8s} ")
+        line += (f"{r['cycles_per_element']:8.4f} {r['column_accesses_per_element']:9.4f} "
+                 f"{r['dram_columns_per_element']:7.4f} {r['driver_cycles_per_s'] / 1e6:7.2f} "
+                 f"{'met' if r['meets_target'] else 'SHORT':>6s}")
+        print(line)
+    print(f"(1-minute load average {loads[0]:.1f} -> {loads[1]:.1f} on {os.cpu_count()} CPUs; "
+          "the figures are wall-clock and shrink when the machine is shared)")
+    for lanes in lane_counts:
+        mine = [r for r in rows_out if r["lanes"] == lanes]
+        short = [r["kernel"] for r in mine if not r["meets_target"]]
+        print(f"{lanes} lanes: {len(mine) - len(short)} of {len(mine)} kernels at "
+              f"{TARGET_RATE / 1e6:.0f} M elements/s or more through the batch driver"
+              + (f"; short: {', '.join(short)}" if short else ""))
+        ratios = [r["ratio_driver_over_pyverilator"] for r in mine
+                  if r["ratio_driver_over_pyverilator"]]
+        if ratios:
+            print(f"{lanes} lanes: batch driver / pyverilator {min(ratios):.0f}x to "
+                  f"{max(ratios):.0f}x (target {TARGET_RATIO:.0f}x): "
+                  + ("met" if min(ratios) >= TARGET_RATIO else "SHORT"))
+
+
+def _measure(names, lanes: int, rows: int, cols: int, args) -> list[dict]:
+    """Each kernel at `lanes` lanes: the batch driver (and the baseline build, the host port
+    and pyverilator when asked), the golden model's column counts, the access model's DRAM
+    columns."""
     from pimrt.pim import access
     from pimrt.pim.driver import PimDriver
+    from pimrt.pim.errors import PimError
     from pimrt.pim.golden import GoldenBackend
     from pimrt.pim.rtl import PimRtl
+    full = not args.no_pyverilator
     drv = PimDriver(rows=rows, cols=cols, lanes=lanes)
+    base = (PimDriver(rows=rows, cols=cols, lanes=lanes, hw_dir=args.baseline_hw)
+            if args.baseline_hw else None)
     port = PimDriver(rows=rows, cols=cols, lanes=lanes, via_port=True) if full else None
     pv = PimRtl(rows=rows, cols=cols, lanes=lanes) if full else None
     rng = np.random.default_rng(0)
     out = []
     for name in names:
         fn, n, work = _inputs(name, args.elements, rng)
-        t_drv, c_drv = _time(fn, drv, args.repeat)
+        timed = _time(fn, [drv] + ([base] if base else []), args.repeat)
+        t_drv, c_drv, cpu_drv = timed[0]
         r = {"kernel": name, "lanes": lanes, "driver_elements_per_s": n / t_drv,
+             "driver_elements_per_cpu_s": n / max(cpu_drv, 1e-9),
+             "baseline_driver_elements_per_s": n / timed[1][0] if base else None,
+             "baseline_driver_elements_per_cpu_s": n / max(timed[1][2], 1e-9) if base else None,
              "driver_port_elements_per_s": None, "pyverilator_elements_per_s": None,
              "ratio_driver_over_pyverilator": None, "ratio_port_over_pyverilator": None}
+        if base and timed[1][1] != c_drv:
+            raise PimError(f"kernel {name}: the baseline RTL took {timed[1][1]} cycles, the "
+                           f"current one {c_drv}; they are not the same unit")
         if full:
             pfn, pn, _ = _inputs(name, args.pv_elements, rng)
-            t_port, _ = _time(pfn, port, args.repeat)
-            t_pv, _ = _time(pfn, pv, 1)
+            ((t_port, _, _),) = _time(pfn, [port], args.repeat)
+            ((t_pv, _, _),) = _time(pfn, [pv], 1)
             r.update({"driver_port_elements_per_s": pn / t_port,
                       "pyverilator_elements_per_s": pn / t_pv,
                       "ratio_driver_over_pyverilator": (n / t_drv) / (pn / t_pv),
@@ -169,10 +222,14 @@ def _measure(names, lanes: int, rows: int, cols: int, args, full: bool) -> list[
         r.update({"cycles_per_element": c_drv / n,
                   "column_accesses_per_element": (g.col_reads + g.col_writes) / gn,
                   "dram_columns_per_element": len(access.bank_accesses(name, lanes=lanes, **work)) / n,
-                  "driver_cycles_per_s": c_drv / t_drv, "elements": n})
+                  "driver_cycles_per_s": c_drv / t_drv, "elements": n,
+                  "meets_target": n / t_drv >= TARGET_RATE})
         out.append(r)
-        print(f"  {name:16s} {lanes:2d} lanes: driver {r['driver_elements_per_s'] / 1e6:7.2f} M elem/s, "
-              f"{r['cycles_per_element']:.4f} cycles/elem", flush=True)
+        print(f"  {name:16s} {lanes:2d} lanes: driver {r['driver_elements_per_s'] / 1e6:7.2f} M elem/s"
+              + f" ({r['driver_elements_per_cpu_s'] / 1e6:.2f} per CPU s)"
+              + (f"; base {r['baseline_driver_elements_per_s'] / 1e6:.2f}"
+                 f" ({r['baseline_driver_elements_per_cpu_s'] / 1e6:.2f})" if base else "")
+              + f", {r['cycles_per_element']:.4f} cycles/elem", flush=True)
     return out
 
 

@@ -50,10 +50,17 @@ def verilator_include() -> Path:
     raise PimBuildError(f"cannot find Verilator's include directory (verilated.cpp); {INSTALL_HINT}")
 
 
-def hw_sources() -> list[Path]:
-    files = sorted(p for p in HW_DIR.iterdir() if p.suffix in (".v", ".vh", ".sv"))
+def hw_sources(hw_dir: Path | None = None) -> list[Path]:
+    """The Verilog files of the unit: hw/, or another copy of it (`hw_dir`, e.g. an older
+    revision's, for `pimrt bench pim --baseline-hw`)."""
+    hw_dir = Path(hw_dir) if hw_dir is not None else HW_DIR
+    if not hw_dir.is_dir():
+        raise PimBuildError(f"no Verilog directory {hw_dir}")
+    files = sorted(p for p in hw_dir.iterdir() if p.suffix in (".v", ".vh", ".sv"))
     if not files:
-        raise PimBuildError(f"no Verilog sources in {HW_DIR}")
+        raise PimBuildError(f"no Verilog sources in {hw_dir}")
+    if not (hw_dir / "pim_top.v").exists():
+        raise PimBuildError(f"{hw_dir} has no pim_top.v")
     return files
 
 

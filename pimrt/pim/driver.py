@@ -55,12 +55,15 @@ def _native_sources() -> list[Path]:
     return files
 
 
-def build_driver(lanes: int, rows: int, cols: int):
-    """Build (or reuse from the cache) the driver for these parameters; return its lib, ffi."""
+def build_driver(lanes: int, rows: int, cols: int, hw_dir: Path | None = None):
+    """Build (or reuse from the cache) the driver for these parameters; return its lib, ffi.
+    hw_dir: the Verilog to build (default hw/; another copy, e.g. an older revision's, to
+    measure it side by side)."""
     vl = build.verilator()
+    hw = Path(hw_dir).resolve() if hw_dir is not None else build.HW_DIR
     params = [f"-GLANES={lanes}", f"-GROWS={rows}", f"-GCOLS={cols}"]
     flags = VFLAGS + params + OPT + _safe_clock() + ["cffi-api", sys.version.split()[0]]
-    key = build.build_key("drv", build.hw_sources() + _native_sources(), flags)
+    key = build.build_key("drv", build.hw_sources(hw) + _native_sources(), flags)
     if key in _loaded:
         return _loaded[key]
     out = build.cache_root() / key
@@ -72,8 +75,8 @@ def build_driver(lanes: int, rows: int, cols: int):
             shutil.rmtree(tmp, ignore_errors=True)
             obj = tmp / "obj"
             obj.mkdir(parents=True)
-            build.run([vl, *VFLAGS, *params, f"-I{build.HW_DIR}", "--top-module", "pim_top",
-                       "-Mdir", str(obj), str(build.HW_DIR / "pim_top.v")])
+            build.run([vl, *VFLAGS, *params, f"-I{hw}", "--top-module", "pim_top",
+                       "-Mdir", str(obj), str(hw / "pim_top.v")])
             build.run(["make", "-C", str(obj), "-f", "Vpim_top.mk", f"-j{build.jobs()}", *OPT,
                        "Vpim_top__ALL.a", "verilated.o", "verilated_threads.o"])
             _compile_cffi(tmp, obj, modname)
@@ -113,15 +116,17 @@ def _compile_cffi(tmp: Path, obj: Path, modname: str) -> None:
 class PimDriver(Backend):
     """pim_top in C++, whole programs per call. via_port: bank data through the host port.
     record: keep each run's bank-port accesses in `accesses` (one array per run, fields
-    clock, write (0 read, 1 write), column; in program order)."""
+    clock, write (0 read, 1 write), column; in program order). hw_dir: build another copy
+    of the Verilog (default hw/)."""
 
     name = "driver"
     ACCESS_DTYPE = np.dtype([("clock", "<u4"), ("write", "u1"), ("column", "<u4")])
 
     def __init__(self, rows: int = DEFAULT_ROWS, cols: int = DEFAULT_COLS,
-                 lanes: int = isa.LANES, via_port: bool = False, record: bool = False):
+                 lanes: int = isa.LANES, via_port: bool = False, record: bool = False,
+                 hw_dir: Path | None = None):
         super().__init__(rows, cols, lanes)
-        self.lib, self.ffi = build_driver(lanes, rows, cols)
+        self.lib, self.ffi = build_driver(lanes, rows, cols, hw_dir)
         self.via_port = via_port
         self.record_accesses = record
         self.accesses: list[np.ndarray] = []
