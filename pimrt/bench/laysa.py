@@ -292,10 +292,11 @@ def run(args) -> int:
                 f"{_mib(a['grad']):>7} {_mib(a['residual'] + a['momentum']):>8} {_mib(a['comm']):>7} "
                 f"{_mib(a['update']):>6} {r['step_s']:>7.3f}")
         if budget is not None:
-            gain = 100 * (r["throughput"] / base["throughput"] - 1) if base and base["throughput"] else 0
+            gain = (f"{100 * (r['throughput'] / base['throughput'] - 1):>+8.1f}%"
+                    if base and base["throughput"] else f"{'-':>9}")   # GradSA fits no batch
             mb = (">=" if r["max_batch"] >= args.max_batch or not r["search_bracketed"] else "") \
                 + str(r["max_batch"])
-            line += f" {mb:>9} {r['throughput']:>7.1f} {gain:>+8.1f}%"
+            line += f" {mb:>9} {r['throughput']:>7.1f} {gain}"
         print(line)
     if budget is not None:
         print(f"budget {_mib(budget)} MiB per rank ({args.budget}) on the meter; largest batch "
