@@ -282,6 +282,9 @@ def test_bad_options():
     assert parse_bytes("2GB") == 2 * 2**30 and parse_bytes("512MiB") == 512 * 2**20
     with pytest.raises(LayrubError):
         parse_bytes("lots")
+    for bad in ("inf", "nanGB", float("inf"), float("nan")):     # once an OverflowError
+        with pytest.raises(LayrubError, match="finite"):
+            Layrub(m, host_budget=bad)
 
 
 def test_host_pool_blocks():

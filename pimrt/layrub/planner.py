@@ -21,7 +21,9 @@ frees. A step's ``peak_bytes`` is the resident bytes after its allocations.
 
 Options:
 
-* ``reuse``: ReLU masks instead of outputs kept for backward; in-place gradients (a
+* ``reuse``: ReLU masks instead of outputs kept for backward, in each layer where a mask
+  pays (:func:`_masks_that_pay`: no backward reads the output in full, and the mask does not
+  raise the peak); in-place gradients (a
   grad-in-place layer whose input gradient has its output gradient's size writes it over the
   output gradient's block); every buffer comes from a pool of blocks (best fit; a reused
   block grows to the largest size asked of it). Without ``reuse`` (the baseline) tensors are
