@@ -376,3 +376,33 @@ def test_masks_follow_the_planner_per_layer(offload):
         assert lr.stats.offloaded_bytes == lr.stats.fetched_bytes
         assert lr.stats.offloaded_bytes == blind.stats.offloaded_bytes
         assert lr.stats.mask_bytes == n // 32
+
+
+def test_device_budget_offloads_only_what_it_needs():
+    """With a device budget between full offload and none, Layrub offloads the earliest maps
+    (the longest from forward to backward) and keeps the later ones while the estimate, with
+    a margin of the largest map, fits: less copied and a smaller host pool for a larger
+    budget, held bytes within the budget, gradients bit-identical."""
+    torch.manual_seed(0)
+    model = zoo.build("resnet20", input_size=32)
+    x, y = _data(4)
+    g0, _ = _grads(copy.deepcopy(model), x, y)
+    full = Layrub(model, input_shape=x.shape).estimate
+    none = Layrub(model, input_shape=x.shape, offload=False).estimate
+    copied, pools = [], []
+    for frac in (0.1, 0.5, 0.9):
+        budget = int(full["device_bytes"] + frac * (none["device_bytes"] - full["device_bytes"]))
+        lr = Layrub(model, input_shape=x.shape, device_budget=budget)
+        g1, _ = _grads(model, x, y, lr)
+        _assert_identical(g0, g1)
+        s, est = lr.stats, lr.estimate
+        assert s.saved_peak_bytes <= est["device_bytes"] <= budget
+        assert s.kept_in_budget == est["kept_in_budget"] > 0
+        assert s.offloaded_tensors == est["offloaded"] and s.offloaded_bytes == s.fetched_bytes
+        assert lr.pool.capacity == est["host_bytes"] and lr.pool.in_use == 0
+        copied.append(s.offloaded_bytes)
+        pools.append(lr.pool.capacity)
+    assert copied == sorted(copied, reverse=True) and copied[0] > copied[-1]
+    assert pools[0] < full["host_bytes"]
+    lr = Layrub(model, input_shape=x.shape, device_budget=full["device_bytes"])   # no room
+    assert lr.estimate["host_bytes"] == full["host_bytes"] and "kept_in_budget" not in lr.estimate

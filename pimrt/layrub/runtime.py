@@ -109,6 +109,7 @@ class StepStats:
     mask_bytes: int = 0                # device bytes of the ReLU masks (at their peak sum)
     mask_saved_bytes: int = 0          # full-size bytes the masks stand in for
     kept_tensors: int = 0
+    kept_in_budget: int = 0            # maps kept on the device because the budget has room
     dedup_hits: int = 0                # saves that re-used an existing handle
     fallback_saves: int = 0            # saves in a region without reuse (unsupported op)
     layers: int = 0
@@ -304,6 +305,8 @@ class Layrub:
         self.side_stream = torch.cuda.Stream(device=self.device) if self.cuda else None
         self.graph = None
         self.mask_plan: dict | None = None
+        self._keep_from = math.inf          # offloadable maps from this one on stay (budget)
+        self._host_saves: list = []
         self.fallback_modules: set[str] = set()
         self.fallback_nodes: list[str] = []
         self.estimate: dict[str, int] | None = None
@@ -332,6 +335,7 @@ class Layrub:
         self.estimate = est
         if est is None:
             return {}
+        self._fit_budget(est)
         if self.offload:
             need = est["host_bytes"]
             if self.host_budget is not None and need > self.host_budget:
@@ -424,7 +428,7 @@ class Layrub:
         self._meta_params = {t._cdata for t in state.values()}
         x = torch.empty(input_shape, device="meta")
         self._dry = {"host_bytes": 0, "device_bytes": 0, "offloaded": 0, "masks": 0,
-                     "kept": 0, "baseline_bytes": 0, "layers": {}}
+                     "kept": 0, "baseline_bytes": 0, "layers": {}, "host_saves": []}
         self._dry_seen: set = set()
         self._dry_refs: list = []
         self._reset_step_state()
@@ -445,13 +449,51 @@ class Layrub:
             self._dry_refs = []
         d = self._dry
         d.pop("mask_keys", None)
-        per_layer = sorted(d.pop("layers").items())
-        window = 0
-        k = self.prefetch_distance + 1
-        for i in range(len(per_layer)):
-            window = max(window, sum(b for _, b in per_layer[i: i + k]))
-        d["device_bytes"] += window
+        d.pop("layers")
+        self._host_saves = d.pop("host_saves")
+        self._dry_base_bytes = d["device_bytes"]
+        self._keep_from = math.inf
+        d["device_bytes"] = self._device_estimate(len(self._host_saves))
         return d
+
+    def _device_estimate(self, keep_from: int) -> int:
+        """Device bytes held for backward when the offloadable maps from the ``keep_from``-th
+        on (in forward order) stay on the device: the kept maps, masks and small tensors at
+        the end of the forward pass, plus the prefetch window of the offloaded ones."""
+        kept = sum(nb for _, nb in self._host_saves[keep_from:])
+        per_layer: dict[int, int] = {}
+        for layer, nb in self._host_saves[:keep_from]:
+            per_layer[layer] = per_layer.get(layer, 0) + nb
+        sums = [b for _, b in sorted(per_layer.items())]
+        k = self.prefetch_distance + 1
+        window = max((sum(sums[i: i + k]) for i in range(len(sums))), default=0)
+        return self._dry_base_bytes + kept + window
+
+    def _fit_budget(self, est: dict) -> None:
+        """With ``device_budget`` and offload: offload only as many feature maps as the
+        budget needs, the earliest first (the longest from forward to backward: the
+        planner's rule); the later ones stay on the device. The estimate keeps a margin of
+        the largest map, for what it does not see (a mask expanded in backward)."""
+        saves = self._host_saves
+        if self.device_budget is None or not self.offload or not saves:
+            return
+        n = len(saves)
+        margin = max(nb for _, nb in saves)
+        fits = lambda i: self._device_estimate(i) + margin <= self.device_budget  # noqa: E731
+        if not fits(n):
+            return                      # all offloaded, as without a budget
+        lo, hi = 0, n                   # the fewest offloaded maps that fit
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        self._keep_from = lo
+        est["device_bytes"] = self._device_estimate(lo)
+        est["host_bytes"] = sum(align(nb) for _, nb in saves[:lo])
+        est["offloaded"] = lo
+        est["kept_in_budget"] = n - lo
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> "Layrub":
@@ -526,6 +568,7 @@ class Layrub:
         self._handles: dict = {}
         self._relu_seen: dict = {}
         self._mask_calls: dict = {}
+        self._host_seq = 0
         self._masks: dict = {}
         self._by_layer: dict[int, list[weakref.ref]] = {}
         self._layer_ids: list[int] = []
@@ -622,10 +665,14 @@ class Layrub:
             s.dedup_hits += 1
             if not h.layers or h.layers[-1] != layer:
                 h.layers.append(layer)
-                if action == "host":
+                if type(h) is _Host:
                     self._index(h, layer)
             return h
         if action == "host":
+            self._host_seq += 1
+            if self._host_seq > self._keep_from:     # the device budget has room for it
+                s.kept_in_budget += 1
+        if action == "host" and self._host_seq <= self._keep_from:
             h = self._pack_host(t, nbytes, layer)
         else:
             if action == "fallback":
@@ -639,7 +686,7 @@ class Layrub:
         if entry is not None and entry[0]() is t:
             mh = entry[1]()
             if mh is not None and mh.full is None and mh.host is None and mh.bits is not None:
-                if action == "host":
+                if type(h) is _Host:
                     mh.drop_for_host(h)
                     if mh.layers[0] not in h.layers:
                         h.layers.insert(0, mh.layers[0])
@@ -666,6 +713,7 @@ class Layrub:
             d["host_bytes"] += align(nbytes)
             d["offloaded"] += 1
             d["layers"][layer] = d["layers"].get(layer, 0) + nbytes
+            d["host_saves"].append((layer, nbytes))
             d["device_bytes"] -= d.get("mask_keys", {}).pop(key, 0)   # mask dropped
         elif action in ("relu", "hardtanh"):
             nb = math.ceil(t.numel() / 8) if self.relu_mask == "bit" else t.numel()
