@@ -206,3 +206,43 @@ def test_checker_catches_a_read_after_free():
     s.alloc = [a for a in s.alloc if a[0] != buf]
     with pytest.raises(LayrubError):
         check_plan(p, g)
+
+
+# --------------------------------------------------------------------------------------
+# per-layer ReLU masks
+# --------------------------------------------------------------------------------------
+def test_masks_decided_per_layer():
+    """ResNet-50 at 224x224 with every map offloaded: a mask for the stem's ReLU (read by
+    the max-pool, whose backward needs only its indices) would sit on the device for the
+    whole step while the map waits on the host; the last ReLU's mask pays (it does not raise
+    the peak and saves a host copy)."""
+    from pimrt.layrub import planner as P
+    g = _graph("resnet50", (32, 3, 224, 224))
+    p = plan(g)
+    check_plan(p, g)
+    G = P._Graph(g, 32, False)
+    cands = P._mask_candidates(G, set())
+    assert set(p.masks) < set(cands) and "relu" in cands and "relu" not in p.masks
+    off = set(P._offload_candidates(G, True, 0, set()))
+    every = P._schedule1(G, True, off, 1, set(), set(cands))
+    none = P._schedule1(G, True, off, 1, set(), set())
+    assert p.peak_bytes < every["peak"] and p.peak_bytes <= none["peak"]
+    last = p.masks[-1]                  # its mask saves the host copy and both transfers
+    assert p.host_peak_bytes == none["host_peak"] - p.buffer_bytes[f"A:{last}"]
+    # a ReLU whose output a CONV reads in full gets no mask: the map is kept (or offloaded)
+    lives = g.liveness()
+    for t in p.masks:
+        assert not lives[t].backward_full
+
+
+@settings(max_examples=80)
+@given(layer_dags(), st.booleans(), st.integers(0, 2))
+def test_random_dags_masks_never_raise_the_peak(g, offload, d):
+    from pimrt.layrub import planner as P
+    p = plan(g, offload=offload, prefetch_distance=d)
+    check_plan(p, g)
+    G = P._Graph(g, g.batch, False)
+    assert set(p.masks) <= set(P._mask_candidates(G, set()))
+    off = set(P._offload_candidates(G, True, 0, set())) if offload else set()
+    none = P._schedule1(G, True, off, d, set(), set())
+    assert p.peak_bytes <= none["peak"]

@@ -158,7 +158,7 @@ def test_bench_memory_lower_than_gradsa(tmp_path):
     from pimrt.cli import main
     out = tmp_path / "b.json"
     rc = main(["bench", "laysa", "--model", "resnet_cifar_20", "--batch", "4", "--steps", "1",
-               "--max-batch", "12", "--json", str(out)])
+               "--max-batch", "12", "--budget", "7MB", "--json", str(out)])
     assert rc == 0
     d = json.loads(out.read_text())
     rows = d["rows"]
@@ -166,8 +166,15 @@ def test_bench_memory_lower_than_gradsa(tmp_path):
     assert y < 0.5 * g and y < n and y < l and n < g
     ay = rows["laysa"]["at_peak"]
     assert ay["comm"] <= 4096 and ay["residual"] + ay["momentum"] < rows["gradsa"]["at_peak"]["residual"]
+    assert d["budget"] == 7 * 2**20
     assert rows["laysa"]["max_batch"] > rows["gradsa"]["max_batch"] >= 1
-    assert rows["laysa"]["max_batch_peak_bytes"] <= d["budget"]
+    for v, r in rows.items():    # the largest batch is a real run on the meter within the budget
+        assert r["max_batch_device_bytes"] <= d["budget"]
+        fits = [b for b, dev, ok in r["search_runs"] if ok]
+        assert all(dev <= d["budget"] for _, dev, ok in r["search_runs"] if ok)
+        assert r["max_batch"] == max(fits)
+        misses = [b for b, dev, ok in r["search_runs"] if not ok]
+        assert r["max_batch"] == 12 or (r["search_bracketed"] and min(misses) > r["max_batch"])
     # the same on the one yardstick (pimrt.memory_meter, parameters included), and the ledger
     # checked against it: it never overstates, and misses only the step's temporaries
     dev = {v: rows[v]["meter_device_bytes"] for v in rows}
@@ -179,6 +186,14 @@ def test_bench_memory_lower_than_gradsa(tmp_path):
 
 
 # -- bad input: errors before training ----------------------------------------------------
+def test_bench_budget_is_bytes():
+    r = subprocess.run([sys.executable, "-m", "pimrt", "bench", "laysa", "--budget", "auto"],
+                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == ("pimrt bench: error: --budget: cannot read a byte count from "
+                                "'auto' (e.g. 2GB, 512MiB, 1e9)")
+
+
 def test_unknown_manager_errors_before_training():
     r = subprocess.run([sys.executable, "-m", "pimrt", "train", "--manager", "lazy"], cwd=ROOT,
                        env=_env(), capture_output=True, text=True, timeout=120)

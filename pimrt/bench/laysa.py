@@ -14,12 +14,12 @@ peak of live storages; parameters included) and host memory (the HostPools of La
 LaySA). The ledger says where the device bytes go and is checked against the meter in
 tests/test_laysa.py.
 
-Largest batch within --budget: the ledger's peak is measured at two batch sizes, the batch
-that fits is predicted from the (linear) fit and verified by a real step; on a miss, bisection
-between the largest batch that fitted and the smallest that did not, by real steps, to within
-1/16 (at most 10 steps). Throughput: images per second (all
-ranks) at that batch, from the measured step time. --budget auto = GradSA alone's peak at
---batch (GradSA fits exactly --batch).
+Largest batch within --budget (bytes per rank, on the meter): a batch fits when a real run on
+the meter (the same window: the model's construction, a warm-up step and a timed step) stays
+within the budget on every rank. The meter's peaks at --batch and twice it give a linear
+prediction, which real runs verify; on a miss, bisection between the largest batch that fitted
+and the smallest that did not, by real runs, to within 1/16 (at most 10 runs). Throughput:
+images per second (all ranks) at that batch, from the measured step time.
 """
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def add_arguments(p) -> None:
     a("--nproc", type=int, default=2, help="ranks (processes)")
     a("--steps", type=int, default=2, help="timed steps per measurement (after one warm-up step)")
     a("--density", type=float, default=0.001)
-    a("--budget", default="auto", help="device budget per rank for the largest-batch search "
-      "(e.g. 96MB; auto: GradSA alone's peak at --batch)")
+    a("--budget", default="256MB", help="device memory per rank for the largest-batch search, "
+      "on the memory meter, parameters included (default 256MB)")
     a("--max-batch", type=int, default=128, help="cap of the largest-batch search")
     a("--variants", default=",".join(VARIANTS))
     a("--no-search", action="store_true", help="skip the largest-batch search")
@@ -163,67 +163,78 @@ class _Runner:
             self.tracker.close()
 
 
+def _metered(v, args, rank, batch, steps, seed=0):
+    """One variant at ``batch`` on the one yardstick: a meter window over the model's
+    construction, a warm-up step and ``steps`` timed steps (rank-local figures)."""
+    from pimrt.memory_meter import MemoryMeter
+    with MemoryMeter("cpu") as meter:
+        r = _Runner(v, args, rank)
+        r.args_size = args.image_size
+        row = r.measure(batch, steps, seed)
+    row["param_bytes"] = r.param_bytes
+    row["meter_device_bytes"] = meter.device_peak_bytes
+    row["meter_host_bytes"] = meter.host_peak_bytes
+    r.close()
+    return row
+
+
+def _largest_batch(v, args, rank, world, budget, a, b):
+    """The largest batch whose real run stays within ``budget`` device bytes on the meter on
+    every rank: predicted from the meter's peaks at --batch (``a``) and twice it (``b``),
+    then verified and bisected by real runs."""
+    import torch
+    import torch.distributed as dist
+    per = max(1.0, (b["meter_device_bytes"] - a["meter_device_bytes"]) / args.batch)
+    fixed = a["meter_device_bytes"] - per * args.batch
+    guess = max(1, min(args.max_batch, int((budget - fixed) // per)))
+    t = torch.tensor([guess], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)      # the same batch on every rank
+    bt, lo, hi, found, runs = int(t), 0, None, None, []
+    for _ in range(10):     # up by 1/16 from a fit, bisection once a batch has missed
+        m = _metered(v, args, rank, bt, 1, seed=7)
+        ok = torch.tensor([int(m["meter_device_bytes"] <= budget)])
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        runs.append([bt, m["meter_device_bytes"], bool(int(ok))])
+        if int(ok):
+            found, lo = m, bt
+        else:
+            hi = bt
+        if hi is None:
+            if lo >= args.max_batch:
+                break
+            bt = min(args.max_batch, lo + max(1, lo // 16))
+        elif hi - lo <= max(1, lo // 16):
+            break
+        else:
+            bt = (lo + hi) // 2
+    return {"max_batch": found["batch"] if found else 0,
+            "max_batch_step_s": found["step_s"] if found else None,
+            "max_batch_device_bytes": found["meter_device_bytes"] if found else None,
+            "max_batch_ledger_bytes": found["peak_bytes"] if found else None,
+            "search_runs": runs,          # [batch, meter device bytes, fitted on every rank]
+            "search_bracketed": lo >= args.max_batch or (hi is not None
+                                                         and hi - lo <= max(1, lo // 16)),
+            "throughput": (world * found["batch"] / found["step_s"]) if found else 0.0}
+
+
 def _worker(rank, world, init_file, args, out_file):
     import torch
     import torch.distributed as dist
     from pimrt.layrub.errors import parse_bytes
-    from pimrt.memory_meter import MemoryMeter
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=600))
     variants = [v for v in args.variants.split(",") if v]
     rows = {}
     for v in variants:
-        with MemoryMeter("cpu") as meter:     # the model, its state and the steps: one window
-            r = _Runner(v, args, rank)
-            r.args_size = args.image_size
-            rows[v] = r.measure(args.batch, args.steps)
-        rows[v]["param_bytes"] = r.param_bytes
-        rows[v]["meter_device_bytes"] = meter.device_peak_bytes
-        rows[v]["meter_host_bytes"] = meter.host_peak_bytes
+        rows[v] = _metered(v, args, rank, args.batch, args.steps)
         if not args.no_search:
-            rows[v]["b2"] = r.measure(2 * args.batch, 1)
-        r.close()
-        del r
+            rows[v]["b2"] = _metered(v, args, rank, 2 * args.batch, 1)
     budget = None
     if not args.no_search:
-        if args.budget == "auto":
-            budget = rows["gradsa"]["peak_bytes"] if "gradsa" in rows else rows[variants[0]]["peak_bytes"]
-        else:
-            budget = parse_bytes(args.budget)
-        # the same budget on every rank: the largest of the ranks' choices must fit everywhere
+        budget = parse_bytes(args.budget)
         for v in variants:
-            a, b = rows[v], rows[v].pop("b2")
-            per = max(1.0, (b["peak_bytes"] - a["peak_bytes"]) / args.batch)
-            fixed = a["peak_bytes"] - per * args.batch
-            guess = int((budget - fixed) // per)
-            guess = max(0, min(args.max_batch, guess))
-            t = torch.tensor([guess], dtype=torch.int64)
-            dist.all_reduce(t, op=dist.ReduceOp.MIN)
-            bt, lo, hi = int(t), 0, None
-            found = None
-            r = _Runner(v, args, rank)
-            r.args_size = args.image_size
-            for _ in range(10):            # bisection between the largest fit and the smallest miss
-                if bt <= lo:
-                    break
-                m = r.measure(bt, 1, seed=7)
-                ok = torch.tensor([int(m["peak_bytes"] <= budget)])
-                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-                if int(ok):
-                    found, lo = m, bt
-                    if bt >= args.max_batch or hi is None or hi - lo <= max(1, lo // 16):
-                        break
-                    bt = (lo + hi) // 2
-                else:
-                    hi = bt
-                    bt = (lo + hi) // 2
-            r.close()
-            del r
-            rows[v]["max_batch"] = found["batch"] if found else 0
-            rows[v]["max_batch_step_s"] = found["step_s"] if found else None
-            rows[v]["max_batch_peak_bytes"] = found["peak_bytes"] if found else None
-            rows[v]["throughput"] = (world * found["batch"] / found["step_s"]) if found else 0.0
+            rows[v].update(_largest_batch(v, args, rank, world, budget, rows[v], rows[v].pop("b2")))
     if rank == 0:
         with open(out_file, "w") as f:
             json.dump({"rows": rows, "budget": budget}, f)
@@ -249,8 +260,10 @@ def run(args) -> int:
         raise PimrtError(f"unknown variant {bad[0]!r}; valid: {', '.join(VARIANTS)}")
     if args.batch < 1 or args.nproc < 1 or args.steps < 1:
         raise PimrtError("--batch, --nproc and --steps must be >= 1")
-    if args.budget != "auto":
+    try:
         parse_bytes(args.budget)
+    except PimrtError as exc:
+        raise PimrtError(f"--budget: {exc}") from None
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "rows.json")
@@ -279,13 +292,16 @@ def run(args) -> int:
                 f"{_mib(a['grad']):>7} {_mib(a['residual'] + a['momentum']):>8} {_mib(a['comm']):>7} "
                 f"{_mib(a['update']):>6} {r['step_s']:>7.3f}")
         if budget is not None:
-            gain = 100 * (r["throughput"] / base["throughput"] - 1) if base and base["throughput"] else 0
-            mb = (">=" if r["max_batch"] >= args.max_batch else "") + str(r["max_batch"])
-            line += f" {mb:>9} {r['throughput']:>7.1f} {gain:>+8.1f}%"
+            gain = (f"{100 * (r['throughput'] / base['throughput'] - 1):>+8.1f}%"
+                    if base and base["throughput"] else f"{'-':>9}")   # GradSA fits no batch
+            mb = (">=" if r["max_batch"] >= args.max_batch or not r["search_bracketed"] else "") \
+                + str(r["max_batch"])
+            line += f" {mb:>9} {r['throughput']:>7.1f} {gain}"
         print(line)
     if budget is not None:
-        print(f"budget {_mib(budget)} MiB per rank ({args.budget}); largest batch searched up to "
-              f"{args.max_batch} (>=: capped there, the real limit is higher)")
+        print(f"budget {_mib(budget)} MiB per rank ({args.budget}) on the meter; largest batch "
+              f"by real runs, searched up to {args.max_batch} (>=: the cap or the runs ran out, "
+              f"the real limit is higher)")
     print(f"({time.perf_counter() - t0:.0f} s)")
     if args.json_file:
         with open(args.json_file, "w") as f:

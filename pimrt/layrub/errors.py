@@ -30,6 +30,8 @@ def parse_bytes(value) -> int | None:
     if value is None:
         return None
     if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise LayrubError(f"a byte count must be a finite number, got {value!r}")
         if value < 0:
             raise LayrubError(f"a byte count must be >= 0, got {value}")
         return int(value)
@@ -48,6 +50,8 @@ def parse_bytes(value) -> int | None:
     except ValueError:
         raise LayrubError(f"cannot read a byte count from {value!r} (e.g. 2GB, 512MiB, 1e9)") \
             from None
+    if out != out or out in (float("inf"), float("-inf")):
+        raise LayrubError(f"a byte count must be a finite number, got {value!r}")
     if out < 0:
         raise LayrubError(f"a byte count must be >= 0, got {value!r}")
     return int(out)

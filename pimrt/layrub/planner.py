@@ -21,7 +21,9 @@ frees. A step's ``peak_bytes`` is the resident bytes after its allocations.
 
 Options:
 
-* ``reuse``: ReLU masks instead of outputs kept for backward; in-place gradients (a
+* ``reuse``: ReLU masks instead of outputs kept for backward, in each layer where a mask
+  pays (:func:`_masks_that_pay`: no backward reads the output in full, and the mask does not
+  raise the peak); in-place gradients (a
   grad-in-place layer whose input gradient has its output gradient's size writes it over the
   output gradient's block); every buffer comes from a pool of blocks (best fit; a reused
   block grows to the largest size asked of it). Without ``reuse`` (the baseline) tensors are
@@ -278,7 +280,7 @@ def plan(graph: LayerGraph, batch: int | None = None, budget_bytes: int | None =
         frozen.add(G.root[n.name])
         frozen.update(G.inputs.get(n.index, []))
 
-    base = _schedule(G, reuse=False, offloaded=set(), d=prefetch_distance, frozen=frozen)
+    base = _schedule1(G, False, set(), prefetch_distance, frozen, masked=set())
     cands = _offload_candidates(G, reuse, min_offload_bytes, frozen) if offload else []
     chosen: list[str] = []
     if offload and budget_bytes is None:
@@ -337,11 +339,25 @@ def _too_small(G: _Graph, sched: dict, budget: int, how: str):
         f"{budget:,} B ({fmt_bytes(budget)})", needed=sched["peak"], budget=budget)
 
 
-def _uses(G: _Graph, reuse: bool, frozen: set[str], masks: bool = True):
-    """Per root activation: forward use times and backward use times; and the masked set."""
-    N = G.N
+def _mask_candidates(G: _Graph, frozen: set[str]) -> list[str]:
+    """ReLU/ReLU6 outputs a mask could stand for: no backward reads them in full (through
+    their views too), so only the ReLU's own backward needs them, and only as a mask."""
     lives = G.g.liveness()
-    masked: set[str] = set()
+    out = []
+    for n in G.g.nodes:
+        if n.kind in ("relu", "relu6") and n.name not in frozen and not G.is_view[n.name] \
+                and G.participates[n.index]:
+            full = any(G.root[t] == n.name and lives[t].backward_full
+                       for t in lives if t in G.root)
+            if not full:
+                out.append(n.name)
+    return out
+
+
+def _uses(G: _Graph, masked: set[str]):
+    """Per root activation: forward use times and backward use times, with ``masked``
+    ReLU outputs read by their backward as masks."""
+    N = G.N
     fwd: dict[str, list[int]] = {}
     bwd: dict[str, list[int]] = {}
     for n in G.g.nodes:
@@ -355,14 +371,6 @@ def _uses(G: _Graph, reuse: bool, frozen: set[str], masks: bool = True):
             continue
         for r in G.inputs.get(j, []):
             fwd[r].append(j)
-    if reuse and masks:
-        for n in G.g.nodes:
-            if n.kind in ("relu", "relu6") and n.name not in frozen and not G.is_view[n.name]:
-                # mask-only when no backward reads the output in full (through its views too)
-                full = any(G.root[t] == n.name and lives[t].backward_full
-                           for t in lives if t in G.root)
-                if not full and G.participates[n.index]:
-                    masked.add(n.name)
     for j in range(N):
         n = G.g.nodes[j]
         if not G.participates[j] or G.is_view[n.name]:
@@ -370,11 +378,11 @@ def _uses(G: _Graph, reuse: bool, frozen: set[str], masks: bool = True):
         for buf in G.backward_reads(j, masked):
             if buf.startswith("A:"):
                 bwd[buf[2:]].append(_bt(N, j))
-    return fwd, bwd, masked
+    return fwd, bwd
 
 
 def _offload_candidates(G: _Graph, reuse: bool, min_bytes: int, frozen: set[str]) -> list[str]:
-    fwd, bwd, _ = _uses(G, reuse, frozen)
+    fwd, bwd = _uses(G, set())
     cands = []
     for t, times in bwd.items():
         if not times or t in frozen:
@@ -415,23 +423,60 @@ class _Pool:
 
 
 def _schedule(G: _Graph, reuse: bool, offloaded: set[str], d: int, frozen: set[str]) -> dict:
-    """With ``reuse``, the better of the schedules with and without ReLU masks: a mask lives
-    next to its full output until the output's last forward reader, so on a graph where that
-    moment is the peak, masks would raise it; without masks the plan never exceeds the
-    baseline."""
-    a = _schedule1(G, reuse, offloaded, d, frozen, masks=True)
-    if not reuse or not a["masks"]:
-        return a
-    b = _schedule1(G, reuse, offloaded, d, frozen, masks=False)
-    return a if a["peak"] <= b["peak"] else b
+    """The schedule, with ``reuse`` a ReLU mask for each layer where it pays
+    (:func:`_masks_that_pay`)."""
+    plain = _schedule1(G, reuse, offloaded, d, frozen, masked=set())
+    if not reuse:
+        return plain
+    masked = _masks_that_pay(G, plain, _mask_candidates(G, frozen), offloaded, d)
+    if not masked:
+        return plain
+    return _schedule1(G, reuse, offloaded, d, frozen, masked=masked)
+
+
+def _masks_that_pay(G: _Graph, plain: dict, cands: list[str], offloaded: set[str],
+                    d: int) -> set[str]:
+    """Per layer, whether a ReLU mask pays, on the schedule without masks. A mask of ``m``
+    bytes for an output of ``s`` bytes made at step ``p`` lives until the ReLU's backward
+    ``b``; the output then leaves the device after its last forward reader ``lf`` instead
+    of staying until ``b`` (kept: ``-s`` over ``lf+1..b``) or coming back ``d`` steps
+    ahead of ``b`` (offloaded: ``-s`` over its prefetch ``pf..b``, and ``s`` fewer host
+    bytes and ``2s`` fewer bytes copied). Resident bytes add up, so each mask's effect on
+    every step is exact: a mask is kept when it does not raise the peak of the schedule
+    with the masks kept so far (largest outputs first). Outputs some backward reads in
+    full are no candidates: the map is kept, or offloaded, anyway."""
+    if not cands:
+        return set()
+    N, T = G.N, 2 * G.N
+    fwd, _ = _uses(G, set())
+    prof = [s.peak_bytes for s in plain["steps"]]
+    peak = max(prof) if prof else 0
+    chosen: set[str] = set()
+    for t in sorted(cands, key=lambda t: (-G.bytes_of(t), G.index[t])):
+        p = G.index[t]
+        s = G.bytes_of(t)
+        m = mask_bytes(s // max(1, G.g.nodes[p].itemsize))
+        b = _bt(N, p)
+        lf = max(fwd[t])
+        lo = max(N, b - d) if t in offloaded else lf + 1
+        delta = [0] * T
+        for i in range(p, b + 1):
+            delta[i] += m
+        for i in range(lo, b + 1):
+            delta[i] -= s
+        new = [x + y for x, y in zip(prof, delta)]
+        if max(new) <= peak and (t in offloaded or sum(delta) < 0):
+            prof = new
+            chosen.add(t)
+    return chosen
 
 
 def _schedule1(G: _Graph, reuse: bool, offloaded: set[str], d: int, frozen: set[str],
-               masks: bool) -> dict:
+               masked: set[str]) -> dict:
     N = G.N
     T = 2 * N
     nodes = G.g.nodes
-    fwd, bwd, masked = _uses(G, reuse, frozen, masks)
+    fwd, bwd = _uses(G, masked)
     ev_alloc: list[list[tuple[str, int]]] = [[] for _ in range(T)]
     ev_free: list[list[str]] = [[] for _ in range(T)]
     ev_off: list[list[str]] = [[] for _ in range(T)]

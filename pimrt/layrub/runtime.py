@@ -109,6 +109,7 @@ class StepStats:
     mask_bytes: int = 0                # device bytes of the ReLU masks (at their peak sum)
     mask_saved_bytes: int = 0          # full-size bytes the masks stand in for
     kept_tensors: int = 0
+    kept_in_budget: int = 0            # maps kept on the device because the budget has room
     dedup_hits: int = 0                # saves that re-used an existing handle
     fallback_saves: int = 0            # saves in a region without reuse (unsupported op)
     layers: int = 0
@@ -181,7 +182,7 @@ class _Mask:
     """A ReLU/ReLU6 output saved as a mask. ``held``: device bytes this handle accounts."""
 
     __slots__ = ("bits", "shape", "dtype", "lo", "hi", "nbytes", "full_bytes", "acct",
-                 "layers", "full", "held", "__weakref__")
+                 "layers", "full", "held", "host", "__weakref__")
 
     def __del__(self):
         try:
@@ -193,6 +194,14 @@ class _Mask:
         """The full output is kept on the device by another save anyway (and accounted
         there): use it and free the mask; the mask only pays when nothing else keeps it."""
         self.full = full
+        self.bits = None
+        self.acct.sub(self.held)
+        self.held = 0
+
+    def drop_for_host(self, h: "_Host") -> None:
+        """The full output is offloaded by another save anyway: the ReLU's backward reads
+        that copy (fetched back for the other reader) and the mask is freed."""
+        self.host = h
         self.bits = None
         self.acct.sub(self.held)
         self.held = 0
@@ -295,6 +304,9 @@ class Layrub:
         self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
         self.side_stream = torch.cuda.Stream(device=self.device) if self.cuda else None
         self.graph = None
+        self.mask_plan: dict | None = None
+        self._keep_from = math.inf          # offloadable maps from this one on stay (budget)
+        self._host_saves: list = []
         self.fallback_modules: set[str] = set()
         self.fallback_nodes: list[str] = []
         self.estimate: dict[str, int] | None = None
@@ -318,10 +330,12 @@ class Layrub:
         and preallocate the host pool. Returns the estimate."""
         if capture_graph:
             self._capture(input_shape)
+            self._plan_masks()
         est = self._dry_run(input_shape)
         self.estimate = est
         if est is None:
             return {}
+        self._fit_budget(est)
         if self.offload:
             need = est["host_bytes"]
             if self.host_budget is not None and need > self.host_budget:
@@ -374,6 +388,39 @@ class Layrub:
             warnings.warn(f"Layrub: could not capture the model ({exc}); running without a "
                           f"plan", LayrubWarning, stacklevel=3)
 
+    def _plan_masks(self) -> None:
+        """Ask the planner, per ReLU/ReLU6 layer, whether a mask pays (pimrt.layrub.plan:
+        not where some backward reads the full map, kept or offloaded anyway, nor where the
+        mask would raise the peak). The k-th ReLU call in a module is that module's k-th ReLU
+        node of the graph; a call the graph does not name is masked as before, and at run
+        time any mask is still freed when another save keeps the full map."""
+        self.mask_plan = None
+        if self.graph is None or not self.reuse:
+            return
+        from pimrt.layrub.planner import plan
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LayrubWarning)
+            p = plan(self.graph, offload=self.offload, reuse=True,
+                     prefetch_distance=self.prefetch_distance,
+                     min_offload_bytes=self.min_offload_bytes)
+        masked = set(p.masks)
+        calls: dict[tuple[str, str], int] = {}
+        self.mask_plan = {}
+        for n in self.graph.nodes:
+            if n.kind in ("relu", "relu6"):
+                k = calls.get((n.module_path, n.kind), 0)
+                calls[(n.module_path, n.kind)] = k + 1
+                self.mask_plan[(n.module_path, n.kind, k)] = n.name in masked
+
+    def _mask_pays(self, mod, kind: str) -> bool:
+        """The planner's decision for this call of a ReLU (``kind`` relu) or ReLU6 layer."""
+        name = self._names.get(mod, "") if mod is not None else ""
+        k = self._mask_calls.get((name, kind), 0)
+        self._mask_calls[(name, kind)] = k + 1
+        if self.mask_plan is None:
+            return True
+        return self.mask_plan.get((name, kind, k), True)
+
     def _dry_run(self, input_shape) -> dict[str, int] | None:
         state = {}
         for name, t in list(self.model.named_parameters()) + list(self.model.named_buffers()):
@@ -381,7 +428,7 @@ class Layrub:
         self._meta_params = {t._cdata for t in state.values()}
         x = torch.empty(input_shape, device="meta")
         self._dry = {"host_bytes": 0, "device_bytes": 0, "offloaded": 0, "masks": 0,
-                     "kept": 0, "baseline_bytes": 0, "layers": {}}
+                     "kept": 0, "baseline_bytes": 0, "layers": {}, "host_saves": []}
         self._dry_seen: set = set()
         self._dry_refs: list = []
         self._reset_step_state()
@@ -402,13 +449,51 @@ class Layrub:
             self._dry_refs = []
         d = self._dry
         d.pop("mask_keys", None)
-        per_layer = sorted(d.pop("layers").items())
-        window = 0
-        k = self.prefetch_distance + 1
-        for i in range(len(per_layer)):
-            window = max(window, sum(b for _, b in per_layer[i: i + k]))
-        d["device_bytes"] += window
+        d.pop("layers")
+        self._host_saves = d.pop("host_saves")
+        self._dry_base_bytes = d["device_bytes"]
+        self._keep_from = math.inf
+        d["device_bytes"] = self._device_estimate(len(self._host_saves))
         return d
+
+    def _device_estimate(self, keep_from: int) -> int:
+        """Device bytes held for backward when the offloadable maps from the ``keep_from``-th
+        on (in forward order) stay on the device: the kept maps, masks and small tensors at
+        the end of the forward pass, plus the prefetch window of the offloaded ones."""
+        kept = sum(nb for _, nb in self._host_saves[keep_from:])
+        per_layer: dict[int, int] = {}
+        for layer, nb in self._host_saves[:keep_from]:
+            per_layer[layer] = per_layer.get(layer, 0) + nb
+        sums = [b for _, b in sorted(per_layer.items())]
+        k = self.prefetch_distance + 1
+        window = max((sum(sums[i: i + k]) for i in range(len(sums))), default=0)
+        return self._dry_base_bytes + kept + window
+
+    def _fit_budget(self, est: dict) -> None:
+        """With ``device_budget`` and offload: offload only as many feature maps as the
+        budget needs, the earliest first (the longest from forward to backward: the
+        planner's rule); the later ones stay on the device. The estimate keeps a margin of
+        the largest map, for what it does not see (a mask expanded in backward)."""
+        saves = self._host_saves
+        if self.device_budget is None or not self.offload or not saves:
+            return
+        n = len(saves)
+        margin = max(nb for _, nb in saves)
+        fits = lambda i: self._device_estimate(i) + margin <= self.device_budget  # noqa: E731
+        if not fits(n):
+            return                      # all offloaded, as without a budget
+        lo, hi = 0, n                   # the fewest offloaded maps that fit
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        self._keep_from = lo
+        est["device_bytes"] = self._device_estimate(lo)
+        est["host_bytes"] = sum(align(nb) for _, nb in saves[:lo])
+        est["offloaded"] = lo
+        est["kept_in_budget"] = n - lo
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> "Layrub":
@@ -482,6 +567,8 @@ class Layrub:
         self._mod_stack: list[nn.Module] = []
         self._handles: dict = {}
         self._relu_seen: dict = {}
+        self._mask_calls: dict = {}
+        self._host_seq = 0
         self._masks: dict = {}
         self._by_layer: dict[int, list[weakref.ref]] = {}
         self._layer_ids: list[int] = []
@@ -549,9 +636,11 @@ class Layrub:
             if gf is not None and gf.name().startswith("ReluBackward") and \
                     not self._seen(self._relu_seen, key, t):
                 self._relu_seen[key] = weakref.ref(t)
-                return "relu", key, skey, nbytes
-            if isinstance(mod, nn.Hardtanh) and float(mod.min_val) < float(mod.max_val):
-                return "hardtanh", key, skey, nbytes
+                if self._mask_pays(mod, "relu"):
+                    return "relu", key, skey, nbytes
+            elif isinstance(mod, nn.Hardtanh) and float(mod.min_val) < float(mod.max_val):
+                if self._mask_pays(mod, "relu6"):
+                    return "hardtanh", key, skey, nbytes
         if self.offload and nbytes >= self.min_offload_bytes and nbytes > 0 \
                 and t.is_contiguous():
             return "host", key, skey, nbytes
@@ -576,10 +665,14 @@ class Layrub:
             s.dedup_hits += 1
             if not h.layers or h.layers[-1] != layer:
                 h.layers.append(layer)
-                if action == "host":
+                if type(h) is _Host:
                     self._index(h, layer)
             return h
         if action == "host":
+            self._host_seq += 1
+            if self._host_seq > self._keep_from:     # the device budget has room for it
+                s.kept_in_budget += 1
+        if action == "host" and self._host_seq <= self._keep_from:
             h = self._pack_host(t, nbytes, layer)
         else:
             if action == "fallback":
@@ -587,12 +680,20 @@ class Layrub:
             s.kept_tensors += 1
             h = _Keep(t, self.acct, skey, layer)
             self.acct.hold_storage(skey, t.untyped_storage().nbytes())
-            entry = self._masks.get(key)
-            if entry is not None and entry[0]() is t:
-                mh = entry[1]()
-                if mh is not None and mh.full is None:
+        # a mask of this same output made earlier no longer pays: another save keeps the
+        # full map (on the device, or offloaded), so the ReLU's backward reads that
+        entry = self._masks.get(key)
+        if entry is not None and entry[0]() is t:
+            mh = entry[1]()
+            if mh is not None and mh.full is None and mh.host is None and mh.bits is not None:
+                if type(h) is _Host:
+                    mh.drop_for_host(h)
+                    if mh.layers[0] not in h.layers:
+                        h.layers.insert(0, mh.layers[0])
+                        self._index(h, mh.layers[0])
+                else:
                     mh.drop_for(t)
-                    s.masks_dropped += 1
+                s.masks_dropped += 1
         # de-duplication key -> (the saved tensor, its handle), both weak: a key whose tensor
         # has died may name a new tensor at the same address and must not match
         self._handles[(action, key)] = (weakref.ref(t), weakref.ref(h))
@@ -612,6 +713,8 @@ class Layrub:
             d["host_bytes"] += align(nbytes)
             d["offloaded"] += 1
             d["layers"][layer] = d["layers"].get(layer, 0) + nbytes
+            d["host_saves"].append((layer, nbytes))
+            d["device_bytes"] -= d.get("mask_keys", {}).pop(key, 0)   # mask dropped
         elif action in ("relu", "hardtanh"):
             nb = math.ceil(t.numel() / 8) if self.relu_mask == "bit" else t.numel()
             d["device_bytes"] += nb
@@ -646,6 +749,7 @@ class Layrub:
         h.acct = self.acct
         h.layers = [layer]
         h.full = None
+        h.host = None
         h.held = h.nbytes
         self.acct.add(h.nbytes)
         self._masks[key] = (weakref.ref(t), weakref.ref(h))
@@ -724,6 +828,8 @@ class Layrub:
             self._advance(h.layers)
             return h.t
         if type(h) is _Mask:
+            if h.host is not None:
+                return self._unpack(h.host)
             self._advance(h.layers)
             return h.expand()
         if type(h) is _Dry:
