@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from pimrt.gradsa.sparsify import sample_threshold, select
 from pimrt.gradsa.state import ParamState, accumulate, commit
@@ -66,6 +66,14 @@ def test_relu_exact(g):
     assert (dx.view(np.uint32) == xt.grad.numpy().view(np.uint32)).all()
     assert dx.ravel()[6] == dy.ravel()[6]
     assert (mask == (x > 0)).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=300))
+def test_copy_moves_every_bit_pattern(words):
+    x = np.array(words, np.uint32).view(np.float32)
+    y = K.copy(GoldenBackend(), x)
+    assert (y.view(np.uint32) == x.view(np.uint32)).all()
 
 
 def test_residual_add_exact(g):

@@ -93,6 +93,9 @@ STREAM_KERNELS = {k.name: k for k in [
                  ("zero",),
                  doc="dx = (0 >= y) ? +0 : dy from the ReLU output y (torch's threshold_backward: "
                      "a NaN y passes dy)"),
+    StreamKernel("copy", ("x",), ("y",),
+                 ("MOV G{i}, B[{x}+]", "MOV B[{y}+], G{i}"),
+                 doc="y = x (a channel concatenation's part moved into place)"),
     StreamKernel("residual_add", ("a", "b"), ("y",),
                  ("MOV G{i}, B[{a}+]", "ADD G{i}, G{i}, B[{b}+]", "MOV B[{y}+], G{i}"),
                  doc="y = a + b"),
@@ -208,6 +211,11 @@ def relu_backward(backend: Backend, y: np.ndarray, dy: np.ndarray) -> np.ndarray
         raise PimError(f"relu_bwd: y {np.shape(y)} and dy {np.shape(dy)} differ in shape")
     r = run_stream(backend, "relu_bwd", {"y": y, "dy": dy})
     return r.outputs["dx"].reshape(np.shape(dy))
+
+
+def copy(backend: Backend, x: np.ndarray) -> np.ndarray:
+    """y = x through the unit's registers: every bit pattern (NaN payloads, -0) as it was."""
+    return run_stream(backend, "copy", {"x": x}).outputs["y"].reshape(np.shape(x))
 
 
 def residual_add(backend: Backend, a: np.ndarray, b: np.ndarray) -> np.ndarray:

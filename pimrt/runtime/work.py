@@ -59,9 +59,9 @@ KERNELS = {
     ("maxpool", "fwd"): [("maxpool2_fwd", {"x": "input", "y": "output"})],
     ("avgpool", "fwd"): [("avgpool2_fwd", {"x": "input", "y": "output"})],
     ("avgpool", "bwd"): [("avgpool2_bwd", {"dy": "grad_output", "dx": "grad_input"})],
-    # a concatenation's part: the unit has no copy program; the add program's two reads of
-    # the part (a + 0 would need a zero stream too) and one write stand for it
-    ("concat", "fwd"): [("residual_add", {"a": "output", "b": "output", "y": "output"})],
+    # a concatenation's part moved into place: one read and one write of the part (the
+    # output's own share stands for the part's source, as in the GPU-only kernel)
+    ("concat", "fwd"): [("copy", {"x": "output", "y": "output"})],
     ("accumulate", "bwd"): [("residual_add", {"a": "grad", "b": "grad", "y": "grad"})],
     ("update", "update"): [("sgd", {"w": "param", "g": "pgrad", "v": "momentum"})],
     # sparse exchange (pimrt.runtime.exchange): GradSA's fold and select, then the update
