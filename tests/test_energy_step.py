@@ -93,3 +93,24 @@ def test_summary_ratios_and_unavailable(runs):
     assert bare == {"available": False, "note": bare["note"]}
     assert "host part A100" in bare["note"] or "a100" in bare["note"].lower()
     assert energy.line({"policy": "serial", "energy_mj": bare}).startswith("energy: unavailable")
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"energy": {"flops": "int8"}}, "[energy] flops: 'int8' is not one of fp32, tensor"),
+    ({"energy": {"static_w": -1}}, "[energy] static_w: must be >= 0"),
+    ({"energy": {"io_pj_per_byte": 0}}, "[energy] io_pj_per_byte: must be > 0"),
+])
+def test_host_energy_checks_name_the_key(over, words):
+    from pimrt.errors import ConfigError
+    from pimrt.host.part import load_host_part
+    with pytest.raises(ConfigError) as exc:
+        load_host_part("v100", over)
+    assert words in str(exc.value)
+
+
+def test_host_parts_energy():
+    from pimrt.host.part import load_host_part
+    assert load_host_part("v100").pj_per_flop == 14.6
+    assert load_host_part("v100_tc").pj_per_flop == 1.84
+    assert load_host_part("a100").energy is None
+    assert load_host_part("v100").to_dict()["energy"]["static_w"] == 50.0
