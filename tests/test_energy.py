@@ -146,3 +146,20 @@ def test_pim_columns_cost_their_share():
     rd = k * (part.power["IDD4R"] - part.power["IDD3N"]) * part.burst_cycles
     assert e["components"]["pim_read"] == pytest.approx(
         rd * part.pim_energy["column_share"] * c["pim_reads"])
+
+
+def test_bench_energy_reference_case(tmp_path, capsys):
+    import json
+    from pimrt.cli import main
+    out = tmp_path / "e.json"
+    assert main(["bench", "energy", "--only", "hbm2-stream", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [r["case"] for r in rows] == ["hbm2-stream"]
+    assert rows[0]["within_5pct"] and abs(rows[0]["deviation"]["total"]) < 1e-3
+    assert "1 of 1 cases within 5%" in capsys.readouterr().out
+
+
+def test_bench_energy_needs_the_driver(tmp_path):
+    from pimrt.cli import main
+    assert main(["bench", "energy", "--only", "ddr4-act", "--dramsim3",
+                 str(tmp_path / "nope")]) == 2
