@@ -251,8 +251,11 @@ def plot(bars: list[tuple[str, dict]], path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from pimrt.output import atomic_savefig
-    width = max(8, 1.1 * len(bars) + 3)
-    fig, axes = plt.subplots(1, 2, figsize=(width, 4.2))
+    many = len(bars) > 6                         # a comparison: the panels one above the other
+    if many:
+        fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.45 * len(bars) + 2), 7.5))
+    else:
+        fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.1 * len(bars) + 3), 4.2))
     x = np.arange(len(bars))
     for ax, parts, sub in ((axes[0], PARTS, "the step"),
                            (axes[1], PARTS[1:], "memory side: DRAM, PIM, I/O")):
@@ -261,12 +264,12 @@ def plot(bars: list[tuple[str, dict]], path, title: str) -> None:
             v = np.array([b[part] for _, b in bars])
             ax.bar(x, v, 0.7, bottom=bottom, color=COLORS[part], label=LABELS[part])
             bottom += v
-        ax.set_xticks(x, [label for label, _ in bars], rotation=45 if len(bars) > 3 else 0,
-                      ha="right" if len(bars) > 3 else "center", fontsize=8)
+        rotate = len(bars) > 3
+        ax.set_xticks(x, [label for label, _ in bars], rotation=45 if rotate else 0,
+                      ha="right" if rotate else "center", fontsize=8)
         ax.set_ylabel("mJ per training step")
         ax.set_title(sub, fontsize=9)
-    axes[0].legend(fontsize=8, loc="upper center", bbox_to_anchor=(1.1, -0.25 if len(bars) > 3
-                   else -0.08), ncol=4)
+    axes[0].legend(fontsize=8, loc="lower center", ncol=4, framealpha=0.9)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     atomic_savefig(fig, path, dpi=110)
