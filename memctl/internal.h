@@ -55,6 +55,11 @@ typedef struct rank_state {
     int faw_pos;
     tick refresh_due;
     int refresh_pending;
+    /* energy (energy.c): commands, and the cycles some bank of the rank had a row open */
+    uint64_t acts, reads, writes, refs, pim_acts, pim_reads, pim_writes;
+    int open_banks;
+    tick open_since;           /* when open_banks last went from 0 to 1 */
+    uint64_t active_cycles;    /* closed spans of open_banks > 0 */
 } rank_state;
 
 #define HIST_EXACT 4096
@@ -232,6 +237,7 @@ struct mc_sim {
     uint64_t npending, pending_cap;
     tick last_done;            /* latest completion so far */
     tick last_read_done, last_write_accept;
+    tick end;                  /* the end of the run (mc_finish), -1 before */
     /* results */
     uint64_t commands, refreshes;
     int paused;
@@ -285,6 +291,17 @@ void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t);
 void mc_skip_refreshes(mc_sim *sim, channel *c, int r, uint64_t n);
 tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd);
 void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t);
+
+/* energy.c: a bank of rank rk opened / closed at t (background energy: active standby while
+ * any bank of the rank is open) */
+static inline void mc_rank_opened(rank_state *rk, tick t)
+{
+    if (rk->open_banks++ == 0) rk->open_since = t;
+}
+static inline void mc_rank_closed(rank_state *rk, tick t)
+{
+    if (--rk->open_banks == 0) rk->active_cycles += (uint64_t)(t - rk->open_since);
+}
 
 /* log.c */
 void mc_log_cmd_slow(mc_sim *sim, const channel *c, int b, int cmd, int by, int32_t row,

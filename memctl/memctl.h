@@ -93,6 +93,15 @@ typedef struct mc_config {
     int host_lwm, pim_lwm;    /* 0: 1/4 of queue_depth; -1: none */
     int64_t epoch_cap, min_epoch;
     int keep_completions;     /* record (request index, finish cycle) for tests */
+    /* energy (DRAMsim3's model, energy.c): the currents of one device in mA, VDD in V, tCK in
+     * ns, devices per rank (bus_width / device_width). energy 0: the part gives no currents,
+     * mc_get_energy then reports the counts only (available 0) */
+    int energy;
+    double tCK_ns, VDD, IDD0, IDD2N, IDD3N, IDD4R, IDD4W, IDD5AB, devices_per_rank;
+    /* the bank's share of a column access's energy (IDD4R/W - IDD3N), the rest being the
+     * interface: what one bank's PIM_RD / PIM_WR costs (all-bank commands move no data over
+     * the I/O) */
+    double pim_column_share;
 } mc_config;
 
 typedef struct mc_cmd {
@@ -120,6 +129,22 @@ typedef struct mc_summary {
     uint64_t records;         /* records consumed, markers included */
     uint64_t layers;
 } mc_summary;
+
+/* DRAM energy (energy.c) of one rank, one channel's ranks or every rank, from cycle 0 to the
+ * end of the run (mc_finish; before it, to the current cycle): command counts, the cycles the
+ * rank(s) had a row open (active standby) or none (precharged standby), and their energy in
+ * pJ: per command V x (IDD - background) x its cycles x tCK, per cycle V x IDD3N or V x
+ * IDD2N x tCK, times the devices of a rank. PIM all-bank commands count once per bank they act
+ * on (pim_acts, pim_reads, pim_writes); a PIM_ACT costs what an ACT does, a PIM_RD / PIM_WR
+ * the bank's share (pim_column_share) of a RD / WR. */
+typedef struct mc_energy {
+    int available;            /* 0: the part gives no currents; the pJ are then 0 */
+    uint64_t cycles;          /* the window, memory cycles */
+    uint64_t acts, reads, writes, refreshes, pim_acts, pim_reads, pim_writes;
+    uint64_t active_cycles, precharged_cycles; /* rank-cycles */
+    double act_pj, read_pj, write_pj, refresh_pj, pim_act_pj, pim_read_pj, pim_write_pj;
+    double active_standby_pj, precharged_standby_pj, total_pj;
+} mc_energy;
 
 typedef struct mc_sim mc_sim;
 
@@ -162,6 +187,9 @@ int mc_get_chan_stats(const mc_sim *sim, int requestor, int channel, mc_chan_sta
  * channels (channel -1) */
 int mc_latency_percentile(const mc_sim *sim, int requestor, int channel, double q, uint64_t *out);
 int mc_mode_switches(const mc_sim *sim, int channel, uint64_t *out);
+/* DRAM energy of rank `rank` of channel `channel` (channel counts pseudo-channels); -1 for
+ * either sums over every channel / rank */
+int mc_get_energy(const mc_sim *sim, int channel, int rank, mc_energy *out);
 /* completions, when keep_completions: record index in the trace (markers counted), the cycle
  * the request completed and the cycle its column command issued (UINT64_MAX for a read
  * served from a queued write) */

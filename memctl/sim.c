@@ -99,6 +99,21 @@ static int check_config(mc_sim *sim, const mc_config *k)
     NEED(bits <= 62, "address mapping needs %d bits", bits);
     NEED(!k->pim_enabled || (k->pim_column_cycles > 0 && k->mode_switch_cycles >= 0),
          "pim_column_cycles must be > 0 and mode_switch_cycles >= 0");
+    if (k->energy) { /* (pimrt's config.py names the key; this is the defence behind) */
+        const double cur[] = {k->VDD, k->IDD0, k->IDD2N, k->IDD3N, k->IDD4R, k->IDD4W, k->IDD5AB,
+                              k->tCK_ns, k->devices_per_rank};
+        for (size_t i = 0; i < sizeof cur / sizeof cur[0]; i++)
+            NEED(cur[i] > 0 && cur[i] < 1e9, "energy: VDD, the IDD currents, tCK_ns and "
+                 "devices_per_rank must be positive and finite (found %g)", cur[i]);
+        NEED(k->IDD3N >= k->IDD2N, "energy: IDD3N (%g) is below IDD2N (%g)", k->IDD3N, k->IDD2N);
+        NEED(k->IDD4R >= k->IDD3N && k->IDD4W >= k->IDD3N && k->IDD5AB >= k->IDD3N,
+             "energy: IDD4R, IDD4W and IDD5AB must be at least IDD3N");
+        NEED(k->IDD0 * k->tRC >= k->IDD3N * k->tRAS + k->IDD2N * k->tRP,
+             "energy: IDD0 x tRC must be at least IDD3N x tRAS + IDD2N x tRP (an ACT's energy "
+             "would be negative)");
+        NEED(k->pim_column_share >= 0 && k->pim_column_share <= 1,
+             "energy: pim_column_share must be in 0..1 (found %g)", k->pim_column_share);
+    }
     return MC_OK;
 #undef NEED
 }
@@ -179,6 +194,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
     sim->epoch_cap = k->epoch_cap > 0 ? k->epoch_cap : 2000;
     sim->min_epoch = k->min_epoch;
     sim->fe_last_req = -1;
+    sim->end = -1;
     sim->cursors = sim->policy->barrier_on_switch ? 1 : MC_NUM_REQ;
     sim->window = MC_DEFAULT_WINDOW;
     for (int k = 0; k < MC_NUM_REQ; k++) {
@@ -462,6 +478,7 @@ int mc_finish(mc_sim *sim)
     if (rc == MC_OK) { /* close the cycle accounting at the end of the run */
         tick end = MAXT(sim->last_done, sim->now);
         for (int ci = 0; ci < sim->nch; ci++) mc_account_close(sim, &sim->ch[ci], end);
+        sim->end = end; /* the energy's window (energy.c) */
     }
     return rc;
 }

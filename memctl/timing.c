@@ -90,12 +90,15 @@ void mc_issue_act(mc_sim *sim, channel *c, int b, int32_t row, tick t)
     rk->faw[rk->faw_pos] = t;
     rk->faw_pos = (rk->faw_pos + 1) & 3;
     c->open_mask |= 1ull << b;
+    rk->acts++;
+    mc_rank_opened(rk, t);
     scope_moved(sim, c, b);
 }
 
 void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t)
 {
     bank *bk = &c->banks[b];
+    if (bk->open_row >= 0) mc_rank_closed(&c->ranks[sim->bank_rank[b]], t);
     bk->open_row = -1;
     bk->hits = 0;
     c->dirty_mask |= 1ull << b;
@@ -128,6 +131,8 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t)
     rank_state *own = &c->ranks[ri];
     bk->hits++;
     c->dirty_mask |= 1ull << b;
+    if (dir == DIR_RD) own->reads++;
+    else own->writes++;
     if (dir == DIR_RD) {
         const tick rd_to_wr = t + ((tick)k->CL + B - k->CWL + k->tRTRS); /* 64-bit sums */
         bk->next_pre = MAXT(bk->next_pre, t + k->tRTP);
@@ -175,6 +180,7 @@ void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t)
         scope_moved(sim, c, b);
     }
     rank_state *rk = &c->ranks[r];
+    rk->refs++;
     rk->refresh_pending = 0;
     rk->refresh_due += k->tREFI;
     c->refreshing--;
@@ -200,6 +206,7 @@ void mc_skip_refreshes(mc_sim *sim, channel *c, int r, uint64_t n)
         scope_moved(sim, c, b);
     }
     rk->refresh_due = last + k->tREFI;
+    rk->refs += n;
     c->refresh_next = NEVER;
     for (int i = 0; i < k->ranks; i++) c->refresh_next = MINT(c->refresh_next, c->ranks[i].refresh_due);
 }
@@ -235,6 +242,9 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
             int b = __builtin_ctzll(m);
             m &= m - 1;
             bank *bk = &c->banks[b];
+            rank_state *rk = &c->ranks[sim->bank_rank[b]];
+            if (cmd == MC_CMD_PIM_RD) rk->pim_reads++;
+            else rk->pim_writes++;
             bk->next_pre = MAXT(bk->next_pre, pre);
             c->ready_at[CAND_PRE][b] = bk->next_pre;
         }
@@ -249,6 +259,8 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
         c->dirty_mask |= 1ull << b;
         switch (cmd) {
         case MC_CMD_PIM_ACT:
+            if (bk->open_row < 0) mc_rank_opened(&c->ranks[sim->bank_rank[b]], t);
+            c->ranks[sim->bank_rank[b]].pim_acts++;
             bk->open_row = row;
             bk->hits = 0;
             bk->next_act = MAXT(bk->next_act, t + k->tRC);
@@ -258,6 +270,7 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
             c->open_mask |= 1ull << b;
             break;
         case MC_CMD_PIM_PRE:
+            if (bk->open_row >= 0) mc_rank_closed(&c->ranks[sim->bank_rank[b]], t);
             bk->open_row = -1;
             bk->next_act = MAXT(bk->next_act, t + k->tRP);
             bk->closed_at = t + k->tRP;

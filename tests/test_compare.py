@@ -23,12 +23,12 @@ def test_compare_writes_a_table_and_a_folder_per_run(tmp_path, capsys):
         pytest.approx(auth["step_ms"], rel=1e-6)
     for policy in ("serial", "bank_partition", "authority"):
         for f in ("summary.json", "layers.csv", "trace.json", "timeline.png",
-                  "layer_speedup.png"):
+                  "layer_speedup.png", "energy.png"):
             assert (out / "resnet_cifar_20" / policy / f).exists(), (policy, f)
     header = next(line for line in text.splitlines() if line.startswith("model"))
     assert header.split() == ["model", "policy", "step", "ms", "gpu-only", "serial", "bound",
                               "vs", "gpu", "vs", "serial", "/bound", "switches", "fwd", "bwd",
-                              "upd"]
+                              "upd", "mJ", "E/gpu", "E/serial"]
     row = next(line for line in text.splitlines()
                if line.startswith("resnet_cifar_20") and "authority" in line)
     for key in ("step_ms", "gpu_only_step_ms", "serial_step_ms", "bound_step_ms",
@@ -40,6 +40,14 @@ def test_compare_writes_a_table_and_a_folder_per_run(tmp_path, capsys):
     assert auth["system"]["memory"]["channels"] == 32 and auth["system"]["host"]["name"] == "V100"
     assert f"{auth['phases']['fwd']['speedup']:.3f}" in row
     assert any(line.startswith("mean") and "authority" in line for line in text.splitlines())
+    # energy per step: the parts add up, the ratios are to the baselines' totals, all printed
+    e = auth["energy_mj"]
+    assert e["total"] == pytest.approx(sum(e[k] for k in ("host", "dram", "pim", "io")))
+    assert e["vs_serial"] == pytest.approx(e["total"] / serial["energy_mj"]["total"])
+    assert e["vs_gpu_only"] == pytest.approx(e["total"] / e["gpu_only_total"])
+    assert serial["energy_mj"]["vs_serial"] == 1.0
+    assert f"{e['total']:,.1f}" in row and f"{e['vs_gpu_only']:.3f}" in row
+    assert (out / "energy.png").exists()
 
 
 def test_an_interrupted_compare_keeps_what_it_finished(tmp_path, capsys, monkeypatch):

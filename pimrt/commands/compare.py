@@ -121,6 +121,9 @@ def run(args) -> int:
         return 130
     print()
     print(_table(results))
+    plotted = _energy_plot(results, args.out / "energy.png")
+    if plotted:
+        print(f"wrote {plotted}")
     return 0
 
 
@@ -213,6 +216,9 @@ COLUMNS = (("step ms", "step_ms", 10, ".3f"), ("gpu-only", "gpu_only_step_ms", 1
            ("vs gpu", "speedup_vs_gpu_only", 8, ".3f"),
            ("vs serial", "speedup_vs_serial", 10, ".3f"),
            ("/bound", "step_vs_bound", 8, ".3f"), ("switches", "mode_switches", 10, ""))
+#: energy per step (pimrt.runtime.energy): mJ, and the ratio to GPU-only's and serial's
+ENERGY_COLUMNS = (("mJ", "total", 10, ",.1f"), ("E/gpu", "vs_gpu_only", 8, ".3f"),
+                  ("E/serial", "vs_serial", 9, ".3f"))
 
 
 def _row(s: dict, first: bool) -> str:
@@ -222,11 +228,15 @@ def _row(s: dict, first: bool) -> str:
     update."""
     head = (f"{'model':<17}{'policy':<16}"
             + "".join(f"{name:>{w}}" for name, _, w, _ in COLUMNS)
-            + f"{'fwd':>7}{'bwd':>7}{'upd':>7}\n") if first else ""
+            + f"{'fwd':>7}{'bwd':>7}{'upd':>7}"
+            + "".join(f"{name:>{w}}" for name, _, w, _ in ENERGY_COLUMNS) + "\n") if first else ""
     ph = s.get("phases")
     split = "".join(f"{ph[k]['speedup']:>7.3f}" for k in ("fwd", "bwd", "update")) if ph else ""
+    e = s.get("energy_mj") or {}
+    energy = "".join(f"{e[key]:>{w}{fmt}}" if key in e else f"{'-':>{w}}"
+                     for _, key, w, fmt in ENERGY_COLUMNS)
     return head + f"{s['model']:<17}{s['policy']:<16}" + "".join(
-        f"{s[key]:>{w}{fmt}}" for _, key, w, fmt in COLUMNS) + split
+        f"{s[key]:>{w}{fmt}}" for _, key, w, fmt in COLUMNS) + split + energy
 
 
 def _table(results: list[dict]) -> str:
@@ -241,6 +251,30 @@ def _table(results: list[dict]) -> str:
     for policy, rs in by.items():
         mean = {k: sum(r[k] for r in rs) / len(rs)
                 for k in ("speedup_vs_gpu_only", "speedup_vs_serial", "step_vs_bound")}
-        lines.append(f"{'mean':<17}{policy:<16}{'':>{pad}}{mean['speedup_vs_gpu_only']:>8.3f}"
-                     f"{mean['speedup_vs_serial']:>10.3f}{mean['step_vs_bound']:>8.3f}")
+        line = (f"{'mean':<17}{policy:<16}{'':>{pad}}{mean['speedup_vs_gpu_only']:>8.3f}"
+                f"{mean['speedup_vs_serial']:>10.3f}{mean['step_vs_bound']:>8.3f}")
+        es = [r["energy_mj"] for r in rs if r.get("energy_mj", {}).get("available")]
+        if len(es) == len(rs):
+            line += f"{'':>{10 + 21 + 10}}" + "".join(
+                f"{sum(e[key] for e in es) / len(es):>{w}.3f}"
+                for _, key, w, _ in ENERGY_COLUMNS[1:])
+        lines.append(line)
     return "\n".join(lines)
+
+
+def _energy_plot(results: list[dict], path) -> pathlib.Path | None:
+    """energy.png of a comparison: per model, GPU-only, serial and each policy, stacked."""
+    from pimrt.runtime import energy
+    bars, seen = [], set()
+    for s in results:
+        e = s.get("energy_mj") or {}
+        if not e.get("available"):
+            return None
+        for label, parts in energy.run_bars(s):
+            if (s["model"], label) not in seen:
+                seen.add((s["model"], label))
+                bars.append((f"{s['model']} {label}", parts))
+    if not bars:
+        return None
+    energy.plot(bars, path, "energy per training step: host, DRAM, PIM, I/O")
+    return path

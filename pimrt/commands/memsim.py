@@ -166,4 +166,22 @@ def summary_table(s: dict) -> str:
         lines.append(f"{who:<10}{r['requests']:>12,}{r['bandwidth_gbs']:>9.1f}"
                      f"{r['mean_latency']:>10.1f}{r['p99_latency']:>9}{r['row_hit_rate']:>10.3f}"
                      f"{r['cycles_idle']:>12,}{r['cycles_blocked']:>13,}")
+    lines.append(energy_line(s.get("energy_pj")))
     return "\n".join(lines)
+
+
+def _uj(pj: float) -> str:
+    """pJ as uJ, three significant digits below 100 uJ (a short trace's few nJ show)."""
+    uj = pj / 1e6
+    return f"{uj:.3g}" if uj < 100 else f"{uj:,.1f}"
+
+
+def energy_line(e: dict | None) -> str:
+    """The DRAM energy in one line: total, average power, and the components that are not 0."""
+    if not e or not e.get("available"):
+        return "DRAM energy: unavailable" + (f" ({e['note']})" if e and e.get("note") else "")
+    parts = ", ".join(f"{name.replace('_', ' ')} {_uj(pj)}"
+                      for name, pj in e["components"].items() if pj)
+    line = (f"DRAM energy {_uj(e['total'])} uJ ({e['average_power_mw'] / 1e3:,.2f} W "
+            f"average): {parts or 'nothing'} (uJ)")
+    return line + (f"; {e['note']}" if e.get("note") else "")

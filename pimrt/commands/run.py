@@ -152,6 +152,8 @@ def run(args) -> int:
     print(f"  contention-free bound {s['bound_step_ms']:.3f} ms (step / bound "
           f"{s['step_vs_bound']:.3f}), lower bound max(host alone, PIM alone) "
           f"{s['lower_bound_step_ms']:.3f} ms")
+    from pimrt.runtime import energy
+    print("  " + energy.line(s))
     if s["sliced_layers"]:
         convs = sum(1 for n in graph.nodes if n.kind in ("conv", "linear"))
         print(f"  forward by {slices} batch slices in {len(s['sliced_layers'])} of {convs} "

@@ -4,8 +4,8 @@
     part = load_host_part("my_gpu.toml", overrides={"l2": {"size_bytes": 1 << 20}})
     part.peak_flops, part.l2_usable_bytes, part.slots
 
-A host part file has the tables [host], [compute], [l2], [gemm] and [memory] (see
-docs/host_model.md). Every problem raises :class:`pimrt.errors.ConfigError` naming the file
+A host part file has the tables [host], [compute], [l2], [gemm], [memory] and optionally
+[energy] (see docs/host_model.md, docs/energy.md). Every problem raises :class:`pimrt.errors.ConfigError` naming the file
 and the parameter (``v100.toml: [l2] size_bytes: must be > 0, found 0``).
 """
 from __future__ import annotations
@@ -50,7 +50,17 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "tile_k": ("count", _REQUIRED),
     },
     "memory": {"loaded_latency_ns": ("float+", _REQUIRED)},
+    # energy (docs/energy.md); a part without the table reports its energy as unavailable
+    "energy": {
+        "fp32_pj_per_flop": ("float+", _REQUIRED),
+        "tensor_pj_per_flop": ("float+", _REQUIRED),
+        "flops": ("str", "fp32"),            # which of the two this part's CONVs run on
+        "io_pj_per_byte": ("float+", _REQUIRED),  # a byte over the memory interface
+        "static_w": ("float0", _REQUIRED),   # drawn whatever the GPU does
+    },
 }
+OPTIONAL_TABLES = {"energy"}
+FLOP_KINDS = ("fp32", "tensor")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +84,20 @@ class HostPart:
     tile_n: int
     tile_k: int
     loaded_latency_ns: float
+    #: [energy] as (key, value) pairs (hashable, as the part is); () when the file has none
+    energy_items: tuple = ()
+
+    @property
+    def energy(self) -> dict | None:
+        """[energy]: energy per FLOP (fp32, Tensor Core), per byte of I/O, static power."""
+        return dict(self.energy_items) if self.energy_items else None
+
+    @property
+    def pj_per_flop(self) -> float | None:
+        """Energy of one of this part's CONV FLOPs (fp32 or Tensor Core, [energy] flops)."""
+        if self.energy is None:
+            return None
+        return self.energy[f"{self.energy['flops']}_pj_per_flop"]
 
     @property
     def peak_flops(self) -> float:
@@ -104,6 +128,8 @@ class HostPart:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["path"] = str(self.path) if self.path else None
+        d.pop("energy_items")
+        d["energy"] = self.energy
         return d
 
 
@@ -168,6 +194,9 @@ def load_host_part(name_or_path: str | pathlib.Path | HostPart,
             merged[table][key] = value
     v: dict[str, dict[str, Any]] = {}
     for table, keys in SCHEMA.items():
+        if table in OPTIONAL_TABLES and not merged[table]:
+            v[table] = None
+            continue
         v[table] = {}
         for key, (kind, default) in keys.items():
             label = f"{where}: [{table}] {key}"
@@ -178,6 +207,9 @@ def load_host_part(name_or_path: str | pathlib.Path | HostPart,
                 continue
             v[table][key] = _check(label, kind, merged[table][key])
     name = v["host"]["name"] or path.stem
+    if v["energy"] is not None and v["energy"]["flops"] not in FLOP_KINDS:
+        raise ConfigError(f"{where}: [energy] flops: {v['energy']['flops']!r} is not one of "
+                          f"{', '.join(FLOP_KINDS)}")
     return HostPart(
         name=name, description=v["host"]["description"], path=path,
         peak_tflops=v["compute"]["peak_tflops"], sms=v["compute"]["sms"],
@@ -188,6 +220,7 @@ def load_host_part(name_or_path: str | pathlib.Path | HostPart,
         l2_sector_bytes=v["l2"]["sector_bytes"], l2_usable_fraction=v["l2"]["usable_fraction"],
         tile_m=v["gemm"]["tile_m"], tile_n=v["gemm"]["tile_n"], tile_k=v["gemm"]["tile_k"],
         loaded_latency_ns=v["memory"]["loaded_latency_ns"],
+        energy_items=tuple(v["energy"].items()) if v["energy"] is not None else (),
     )
 
 
@@ -201,6 +234,7 @@ def _to_tables(p: HostPart) -> dict:
                "sector_bytes": p.l2_sector_bytes, "usable_fraction": p.l2_usable_fraction},
         "gemm": {"tile_m": p.tile_m, "tile_n": p.tile_n, "tile_k": p.tile_k},
         "memory": {"loaded_latency_ns": p.loaded_latency_ns},
+        "energy": p.energy or {},
     }
 
 

@@ -5,8 +5,9 @@
     part.timing["tRCDRD"], part.request_bytes, part.address_fields()
     fields = decode_address(part, numpy_array_of_addresses)
 
-A part file has the tables [part], [organization], [timing], [controller] and optionally [pim]
-(see docs/memctl.md "Parts"). `include = "other.toml"` (relative to the including file) loads
+A part file has the tables [part], [organization], [timing], [controller] and optionally [pim],
+[power] (the DRAM currents of DRAMsim3's energy model, docs/energy.md) and [pim_energy] (see
+docs/memctl.md "Parts"). `include = "other.toml"` (relative to the including file) loads
 another file first; the including file's tables override it key by key. Every problem raises
 pimrt.errors.ConfigError naming the file and the parameter.
 
@@ -111,8 +112,32 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "clock_ratio": ("float+", _DERIVED),          # unit clock / memory clock; default 1
         "clock_mhz": ("float+", None),                # or the unit clock: ratio = MHz x tCK
     },
+    # DRAM energy (docs/energy.md): one device's supply voltage (V) and currents (mA), as in
+    # DRAMsim3's ini files; a part without the table reports its energy as unavailable
+    "power": {
+        "VDD": ("float+", _REQUIRED),
+        "IDD0": ("float+", _REQUIRED),     # one ACT-PRE cycle (tRC)
+        "IDD2N": ("float+", _REQUIRED),    # precharged standby
+        "IDD3N": ("float+", _REQUIRED),    # active standby
+        "IDD4R": ("float+", _REQUIRED),    # burst read
+        "IDD4W": ("float+", _REQUIRED),    # burst write
+        "IDD5AB": ("float+", _REQUIRED),   # all-bank refresh
+    },
+    # PIM energy (docs/energy.md): the bank's share of a column access (the rest is the I/O an
+    # all-bank command does not use), each fp32 lane operation, the units' register files and
+    # sequencer per unit clock cycle
+    "pim_energy": {
+        "column_share": ("fraction", _REQUIRED),
+        "process_nm": ("count", _REQUIRED),        # the node the per-operation figures are for
+        "add_pj": ("float+", _REQUIRED),
+        "mul_pj": ("float+", _REQUIRED),
+        "fma_pj": ("float+", _REQUIRED),
+        "compare_pj": ("float+", _REQUIRED),
+        "register_file_pj_per_cycle": ("float+", _REQUIRED),
+        "sequencer_pj_per_cycle": ("float+", _REQUIRED),
+    },
 }
-OPTIONAL_TABLES = {"pim"}
+OPTIONAL_TABLES = {"pim", "power", "pim_energy"}
 
 #: the C model (memctl/memctl.h) holds every integer of a part in a C int; its queues are
 #: arrays it allocates per channel; its channels, ranks and banks per channel are bounded
@@ -158,6 +183,8 @@ class Part:
     timing: Mapping[str, Any]
     controller: Mapping[str, Any]
     pim: Mapping[str, Any] | None = None
+    power: Mapping[str, float] | None = None
+    pim_energy: Mapping[str, Any] | None = None
     #: (field, bits) msb..lsb, computed at load time (see address_fields())
     _fields: tuple = dataclasses.field(default=(), repr=False)
 
@@ -240,6 +267,11 @@ class Part:
         return max(self.pim_scope_units(banks).values()) * self.timing["tCCD_L"]
 
     @property
+    def devices_per_rank(self) -> float:
+        """Devices whose currents add up in one rank: bus_width / device_width (DRAMsim3)."""
+        return self.org["bus_width"] / self.org["device_width"]
+
+    @property
     def read_latency(self) -> int:
         return self.timing["CL"]
 
@@ -279,6 +311,8 @@ class Part:
             "timing": dict(self.timing),
             "controller": dict(self.controller),
             "pim": dict(self.pim) if self.pim is not None else None,
+            "power": dict(self.power) if self.power is not None else None,
+            "pim_energy": dict(self.pim_energy) if self.pim_energy is not None else None,
             "derived": {
                 "burst_cycles": self.burst_cycles,
                 "request_bytes": self.request_bytes,
@@ -641,12 +675,47 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
         pim["clock_mhz"] = pim["clock_ratio"] * 1000.0 / timing["tCK"]
         pim = {k: pim[k] for k in SCHEMA["pim"]}
 
+    # power ---------------------------------------------------------------------------------
+    power = values.get("power")
+    if power is not None:
+        _check_power(power, timing, fail)
+        power = {k: power[k] for k in SCHEMA["power"]}
+    pim_energy = values.get("pim_energy")
+    if pim_energy is not None:
+        if pim is None:
+            fail("pim_energy", None, "a part without [pim] units has no PIM energy")
+        if power is None:
+            fail("pim_energy", "column_share", "the share of a column access needs the DRAM "
+                 "currents of [power]")
+        pim_energy = {k: pim_energy[k] for k in SCHEMA["pim_energy"]}
+
     ro = types.MappingProxyType
     return Part(
         name=part_t["name"], standard=part_t["standard"], path=path.resolve(),
         org=ro({k: org[k] for k in SCHEMA["organization"]}), timing=ro(timing),
-        controller=ro(ctrl), pim=ro(pim) if pim is not None else None, _fields=tuple(fields),
+        controller=ro(ctrl), pim=ro(pim) if pim is not None else None,
+        power=ro(power) if power is not None else None,
+        pim_energy=ro(pim_energy) if pim_energy is not None else None, _fields=tuple(fields),
     )
+
+
+def _check_power(p: Mapping, timing: Mapping, fail) -> None:
+    """The currents must give non-negative energy for every command and state (DRAMsim3's
+    increments, memctl/energy.c): IDD3N >= IDD2N (a row open costs more than none), IDD4R,
+    IDD4W, IDD5AB >= IDD3N, and IDD0 x tRC >= IDD3N x tRAS + IDD2N x tRP."""
+    if p["IDD3N"] < p["IDD2N"]:
+        fail("power", "IDD3N", f"IDD3N ({p['IDD3N']} mA, active standby) is below IDD2N "
+             f"({p['IDD2N']} mA, precharged standby)")
+    for key in ("IDD4R", "IDD4W", "IDD5AB"):
+        if p[key] < p["IDD3N"]:
+            fail("power", key, f"{key} ({p[key]} mA) is below IDD3N ({p['IDD3N']} mA): the "
+                 f"command's energy over the background would be negative")
+    t = timing
+    act = p["IDD0"] * t["tRC"] - (p["IDD3N"] * t["tRAS"] + p["IDD2N"] * t["tRP"])
+    if act < 0:
+        fail("power", "IDD0", f"IDD0 x tRC = {p['IDD0']} x {t['tRC']} is below IDD3N x tRAS + "
+             f"IDD2N x tRP = {p['IDD3N']} x {t['tRAS']} + {p['IDD2N']} x {t['tRP']}: an ACT's "
+             f"energy would be negative")
 
 
 def _check_refresh(timing: Mapping, org: Mapping, pim: Mapping | None, fail) -> None:
@@ -694,6 +763,12 @@ def _check_kind(value, kind: str, fail):
         if not isinstance(value, str):
             fail(f"must be a string, found {value!r}")
         return value
+    if kind == "fraction":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail(f"must be a number, found {value!r}")
+        if not 0 < value <= 1:
+            fail(f"must be a share in (0, 1], found {value!r}")
+        return float(value)
     if kind == "float+":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail(f"must be a number, found {value!r}")

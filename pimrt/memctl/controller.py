@@ -12,6 +12,7 @@ import numpy as np
 from pimrt.errors import ConfigError, SimulationError, TraceError
 from pimrt.memctl._native import ffi, lib
 from pimrt.memctl.config import Part, load_part
+from pimrt.memctl.energy import energy_pj
 from pimrt.trace.records import RECORD_DTYPE
 
 POLICIES = ("serial", "bank_partition", "authority")
@@ -117,6 +118,14 @@ def make_config(part: Part, opts: Options):
     cfg.epoch_cap = int(opts.epoch_cap or 0)
     cfg.min_epoch = int(opts.min_epoch)
     cfg.keep_completions = 1 if opts.keep_completions else 0
+    if part.power is not None:
+        cfg.energy = 1
+        cfg.tCK_ns = float(t["tCK"])
+        for key in ("VDD", "IDD0", "IDD2N", "IDD3N", "IDD4R", "IDD4W", "IDD5AB"):
+            setattr(cfg, key, float(part.power[key]))
+        cfg.devices_per_rank = float(part.devices_per_rank)
+        if part.pim_energy is not None:
+            cfg.pim_column_share = float(part.pim_energy["column_share"])
     return cfg
 
 
@@ -351,6 +360,7 @@ class Controller:
             "requestors": requestors,
             "channels": per_channel,
             "layers": layers,
+            "energy_pj": energy_pj(self._sim, part),
         }
 
     def mode_switches(self) -> np.ndarray:

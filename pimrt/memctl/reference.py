@@ -25,3 +25,27 @@ PROCESS_SECONDS = {
     ("ddr4", "stream", 1): {"DRAMsim3": 5.9, "Ramulator 2.1": 5.9},
 }
 REQUESTS = 1_000_000
+
+# (part, trace, W) -> DRAMsim3's energy in microjoules, summed over channels and ranks, as
+# dram-reference.md gives it (its DDR4 rows already converted to true energy: x tCK). Keys are
+# memctl's component names (pimrt.memctl.energy.COMPONENTS) and "total".
+ENERGY_UJ = {
+    ("hbm2", "stream", 4): {"act": 26.390, "read": 804.000, "write": 0.0, "refresh": 33.584,
+                            "active_standby": 133.563, "precharged_standby": 7.271,
+                            "total": 1004.808},
+    ("hbm2", "random", 4): {"act": 830.616, "read": 803.998, "write": 0.0, "refresh": 128.981,
+                            "active_standby": 509.279, "precharged_standby": 27.902,
+                            "total": 2300.775},
+    ("hbm2", "mix", 4): {"act": 27.584, "read": 536.000, "write": 355.990, "refresh": 37.477,
+                         "active_standby": 149.449, "precharged_standby": 8.113,
+                         "total": 1114.613},
+    ("ddr4", "stream", 1): {"act": 36.028, "read": 2806.272, "write": 0.0, "refresh": 646.461,
+                            "active_standby": 2751.872, "precharged_standby": 736.164,
+                            "total": 6976.797},
+    ("ddr4", "random", 1): {"act": 4245.619, "read": 2806.266, "write": 0.0,
+                            "refresh": 532.458, "active_standby": 2973.041,
+                            "precharged_standby": 103.437, "total": 10660.822},
+    ("ddr4", "mix", 1): {"act": 36.104, "read": 1870.849, "write": 790.226, "refresh": 642.437,
+                         "active_standby": 2785.316, "precharged_standby": 695.395,
+                         "total": 6820.327},
+}

@@ -102,6 +102,9 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict,
         out["gpu_only_makespan_cycles"] = gpu_only.makespan
         out["gpu_only_step_ms"] = gpu_only.seconds * 1e3
         out["speedup_vs_gpu_only"] = gpu_only.makespan / run.makespan if run.makespan else 0.0
+    if "part" in meta and "host_part" in meta:   # joules per step (pimrt.runtime.energy)
+        from pimrt.runtime import energy
+        out["energy_mj"] = energy.summary(run, serial, gpu_only, meta)
     if bound is not None:
         # the co-execution schedule with no contention, and max(host alone, PIM alone)
         out["bound_step_ms"] = bound["step_ms"]
@@ -223,7 +226,10 @@ def layer_rows(run: StepTiming, serial: StepTiming | None) -> list[dict]:
 
 
 def write_layer_csv(run: StepTiming, serial: StepTiming | None, path) -> list[dict]:
-    rows = layer_rows(run, serial)
+    return _write_rows(layer_rows(run, serial), path)
+
+
+def _write_rows(rows: list[dict], path) -> list[dict]:
     fields = list(dict.fromkeys(k for r in rows for k in r)) or ["layer"]
     with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -293,7 +299,15 @@ def write_all(run: StepTiming, serial: StepTiming | None, meta: dict, out_dir,
     out_dir.mkdir(parents=True, exist_ok=True)
     s = summary(run, serial, meta, gpu_only, bound)
     write_chrome_trace(run, out_dir / "trace.json")
-    rows = write_layer_csv(run, serial, out_dir / "layers.csv")
+    rows = layer_rows(run, serial)
+    if s.get("energy_mj", {}).get("available"):
+        from pimrt.runtime import energy
+        energy.layer_energy(rows, run, meta)
+    _write_rows(rows, out_dir / "layers.csv")
     s["plots"] = [str(p) for p in plot(run, rows, out_dir, serial)]
+    if s.get("energy_mj", {}).get("available"):
+        energy.plot(energy.run_bars(s), out_dir / "energy.png",
+                    f"{meta.get('model', '')} {run.policy}: energy per training step")
+        s["plots"].append(str(out_dir / "energy.png"))
     atomic_write_text(out_dir / "summary.json", json.dumps(s, indent=2))
     return s
