@@ -116,7 +116,7 @@ class DaskExecutor:
             raise ConfigError(f"--scheduler {address!r}: expected a scheduler's address "
                               f"(tcp://HOST:PORT) or local:N")
         try:
-            self.client = distributed.Client(target, timeout=timeout, set_as_default=False)
+            self.client = distributed.Client(target, timeout=timeout)
         except (OSError, TimeoutError) as exc:
             self._close_cluster()
             raise ConfigError(f"--scheduler {address}: no Dask scheduler answered within "

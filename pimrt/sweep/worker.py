@@ -66,6 +66,8 @@ class _Baselines:
         self.times, self.host_info = session.host_times(
             self.graph, o["host_times"], o["groups"], self.part, self.host,
             self.exchange.mode, True, slices=session.slices_for(o["batch"], o["slices"]))
+        if self.host_info.get("source") == "model":         # the name, as pimrt run has it
+            self.host_info["host_part"] = o["host_part"]
         self.serial = session.timed(self.graph, "serial", 1, self.part, self.host, True,
                                     layrub=o["layrub"], exchange=self.exchange,
                                     host_times=self.times)
