@@ -1,7 +1,11 @@
 """The sweep's loop: the groups with unfinished points go to the executor (as many in flight
 as it has slots, so what runs is what is in flight), each point is recorded the moment its
-group comes back, a group whose worker died is submitted once more, and a bar shows the
-points done, running and failed with the time left."""
+group comes back, and a bar shows the points done, running and failed with the time left.
+
+A local worker process that dies takes the whole pool with it, so every group in flight is
+"lost" though only one was to blame: each is submitted once more, alone (nothing else in
+flight), so a second loss is its own and it is recorded as failed. Dask retries a task whose
+worker died itself (its scheduler's allowed-failures) and reports it lost for good."""
 from __future__ import annotations
 
 import collections
@@ -56,6 +60,9 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False) -> Out
         show()
         while queue or inflight:
             while queue and len(inflight) < ex.slots():
+                if ex.retries_lost and (queue[0][1] and inflight or any(
+                        lost for _, lost in inflight.values())):
+                    break          # a lost group runs again alone: a second loss is its own
                 points, lost = queue.popleft()
                 h = ex.submit([{"id": p.id, "options": p.options} for p in points])
                 inflight[h] = (points, lost)
@@ -94,10 +101,12 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False) -> Out
 def report(result: Outcome, store, started: float) -> str:
     lines = []
     if result.skipped:
-        lines.append(f"{result.skipped} of {result.total} points were finished before: "
-                     f"skipped")
+        failed = sum(store.failed(p) for p in store.spec.points) - len(result.failed)
+        lines.append(f"{result.skipped} of {_n(result.total)} were finished before: skipped"
+                     + (f" ({failed} of them failed: --retry-failed runs "
+                        f"{'it' if failed == 1 else 'them'} again)" if failed else ""))
     verb = "interrupted" if result.interrupted else "ran"
-    lines.append(f"{verb}: {result.done} points done, {len(result.failed)} failed, in "
+    lines.append(f"{verb}: {_n(result.done)} done, {len(result.failed)} failed, in "
                  f"{time.perf_counter() - started:.1f} s")
     for p, why in result.failed[:10]:
         lines.append(f"  failed: point {p.index + 1} ({p.id}): {why}")
@@ -108,3 +117,7 @@ def report(result: Outcome, store, started: float) -> str:
                  + (", results.parquet" if (store.root / "results.parquet").exists() else "")
                  + f"; each point's folder in {store.root / 'points'}")
     return "\n".join(lines)
+
+
+def _n(count: int) -> str:
+    return f"{count} point{'' if count == 1 else 's'}"

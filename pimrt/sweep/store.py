@@ -82,6 +82,7 @@ class Store:
                     self.rows[p.id] = self._row(p, "failed", {"error": e["error"]})
                 except (ValueError, KeyError, TypeError):
                     pass
+        self.write_tables()                           # this spec's points only
 
     def folder(self, p) -> pathlib.Path:
         return self.root / "points" / p.id
