@@ -153,7 +153,9 @@ def test_plot_a_column_against_an_axis(swept, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["sweep", str(out), "--plot", "policy", "--where", "set.pim.lanes=16",
                  "--png", str(out / "p.png")]) == 0
-    assert (out / "p.png").exists()
+    assert capsys.readouterr().out.strip() == f"wrote {out / 'p.png'}"
+    assert main(["sweep", str(out), "--plot", "set.pim.lanes"]) == 0
+    assert "(each mark the mean over policy)" in capsys.readouterr().out
     for argv, message in ((["--plot", "lanes"], "--plot 'lanes': not a column"),
                           (["--plot", "policy", "--y", "stepms"], "did you mean 'step_ms'?"),
                           (["--plot", "policy", "--y", "part"], "--y part: not a number"),

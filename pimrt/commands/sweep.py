@@ -57,8 +57,9 @@ def run(args) -> int:
             raise ConfigError(f"{src}: a results folder; give --plot X (--y Y --by Z) to plot "
                               f"it, or a SPEC.toml to run a sweep")
         from pimrt.sweep.plot import plot
-        png = plot(src, args.plot, args.y, args.by, args.where, args.png)
-        print(f"wrote {png}")
+        png, averaged = plot(src, args.plot, args.y, args.by, args.where, args.png)
+        print(f"wrote {png}" + (f" (each mark the mean over {', '.join(averaged)})"
+                                if averaged else ""))
         return 0
     if args.plot is not None:
         raise ConfigError(f"--plot: {src} is not a results folder (plot a sweep's --out "

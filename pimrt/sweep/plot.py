@@ -11,7 +11,8 @@ import re
 from pimrt.errors import ConfigError
 
 
-def plot(root, x: str, y: str, by: str | None, where: list[str], png=None) -> pathlib.Path:
+def plot(root, x: str, y: str, by: str | None, where: list[str], png=None):
+    """-> (the PNG, the axes averaged over)."""
     from pimrt.sweep.store import read_rows
     root = pathlib.Path(root)
     rows = [r for r in read_rows(root) if r.get("status") == "done"]
@@ -43,16 +44,25 @@ def plot(root, x: str, y: str, by: str | None, where: list[str], png=None) -> pa
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs)
     if numeric:
         xs.sort()
-    others = [a for a in axes if a not in (x, by) and len({str(r[a]) for r in rows}) > 1]
+    cells: dict = {}                     # (x, by) -> the rows averaged into one mark
+    for r in rows:
+        cells.setdefault((str(r[x]), str(r[by]) if by else ""), []).append(r)
+    others = [a for a in axes if a not in (x, by)
+              and any(len({str(r[a]) for r in c}) > 1 for c in cells.values())]
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from pimrt.output import atomic_savefig
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, values in series.items():
+    width = 0.8 / len(series)
+    for k, (label, values) in enumerate(series.items()):
         pts = [(v, sum(values[v]) / len(values[v])) for v in xs if v in values]
-        pos = [v if numeric else xs.index(v) for v, _ in pts]
-        ax.plot(pos, [m for _, m in pts], marker="o", label=f"{by} = {label}" if by else y)
+        name = f"{by} = {label}" if by else y
+        if numeric:                      # a line over a numeric axis
+            ax.plot([v for v, _ in pts], [m for _, m in pts], marker="o", label=name)
+        else:                            # bars side by side over named values
+            ax.bar([xs.index(v) - 0.4 + width * (k + 0.5) for v, _ in pts],
+                   [m for _, m in pts], width, label=name)
     if not numeric:
         ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=20, ha="right")
     ax.set_xlabel(x)
@@ -74,7 +84,7 @@ def plot(root, x: str, y: str, by: str | None, where: list[str], png=None) -> pa
     png.parent.mkdir(parents=True, exist_ok=True)
     atomic_savefig(fig, png, dpi=110)
     plt.close(fig)
-    return png
+    return png, others
 
 
 def _axes(root: pathlib.Path, columns: list[str]) -> list[str]:

@@ -45,16 +45,18 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False) -> Out
     bar = tqdm(total=todo, unit="point", desc="sweep", file=sys.stderr,
                disable=quiet or None, dynamic_ncols=True, smoothing=0.1)
 
-    def show():
+    def show(finished: int = 0):
         running = sum(len(g) for g, _ in inflight.values())
         bar.set_postfix_str(f"done {result.done}, running {running}, failed "
-                            f"{len(result.failed)}", refresh=True)
+                            f"{len(result.failed)}", refresh=not finished)
+        if finished:
+            bar.update(finished)
 
     def fail(points, why: str):
         for p in points:
             store.record(p, {"ok": False, "error": why, "detail": why})
             result.failed.append((p, why))
-        bar.update(len(points))
+        show(len(points))
 
     try:
         show()
@@ -79,7 +81,7 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False) -> Out
                             result.done += 1
                         else:
                             result.failed.append((p, r["error"]))
-                        bar.update(1)
+                        show(1)
                 elif kind == "lost" and ex.retries_lost and lost == 0:
                     queue.appendleft((points, 1))           # once more, in a new process
                 elif kind == "lost":
@@ -87,7 +89,6 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False) -> Out
                          else f"worker lost: {payload}")
                 else:
                     fail(points, payload)
-                show()
     except KeyboardInterrupt:
         result.interrupted = True
         ex.close(cancel=True)
