@@ -86,6 +86,7 @@ def test_points_of_a_group_share_their_baselines(swept):
     assert rs[0]["serial_step_ms"] != rs[1]["serial_step_ms"]     # another system
 
 
+@pytest.mark.slow              # a LocalCluster's start and the sweep again: ~35 s on two cores
 def test_a_local_cluster_gives_the_same_files(swept):
     out = swept / "dask"
     assert main(["sweep", str(swept / "tiny.toml"), "--out", str(out), "--scheduler",
@@ -191,3 +192,13 @@ def test_a_lost_worker_is_retried_once_and_a_failure_does_not_stop_the_others(
     assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 1
     assert "2 of 2 points were finished before: skipped (1 of them failed: --retry-failed " \
         "runs it again)" in capsys.readouterr().out
+
+
+def test_results_parquet_holds_the_same_rows(swept):
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pq.read_table(swept / "out" / "results.parquet").to_pylist()
+    csv_rows = rows(swept / "out")
+    assert [r["id"] for r in table] == [r["id"] for r in csv_rows]
+    for t, c in zip(table, csv_rows):
+        assert t["step_ms"] == float(c["step_ms"]) and t["policy"] == c["policy"]
+        assert t["set.pim.lanes"] == int(c["set.pim.lanes"])

@@ -165,3 +165,20 @@ def test_command_line_misuse(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (argv, err)
     assert not (tmp_path / "o").exists()
+
+
+def test_the_documented_sensitivity_spec_is_the_bench_s_variants():
+    """docs/sweep-sensitivity.toml: the five CNNs x pimrt bench sensitivity's variants, each
+    with that variant's part keys and host part, at its groups."""
+    import pathlib
+    from pimrt.bench.sensitivity import VARIANTS
+    s = specs.load(pathlib.Path(__file__).resolve().parents[1] / "docs" /
+                   "sweep-sensitivity.toml")
+    assert len(s.points) == 5 * len(VARIANTS) and len(s.groups()) == len(s.points)
+    for p in s.points:
+        _, overrides, host = VARIANTS[p.values["variant"]]
+        mem, host_keys = specs.part_keys(p.options)
+        assert {f"{t}.{k}": v for t, kv in mem.items() for k, v in kv.items()} == overrides
+        assert p.options["host_part"] == host and not host_keys
+        assert (p.options["policy"], p.options["groups"], p.options["batch"],
+                p.options["input"]) == ("authority", 4, 32, 32)

@@ -109,6 +109,8 @@ def report(result: Outcome, store, started: float) -> str:
     verb = "interrupted" if result.interrupted else "ran"
     lines.append(f"{verb}: {_n(result.done)} done, {len(result.failed)} failed, in "
                  f"{time.perf_counter() - started:.1f} s")
+    if result.interrupted:
+        lines.append("the finished points are kept: run the same command again to go on")
     for p, why in result.failed[:10]:
         lines.append(f"  failed: point {p.index + 1} ({p.id}): {why}")
     if len(result.failed) > 10:

@@ -119,7 +119,9 @@ class Store:
 
     def _row(self, p, status: str, summary: dict) -> dict:
         row = {"index": p.index + 1, "id": p.id, "status": status}
-        row.update({k: p.values.get(k, "") for k in self.spec.axes})
+        # an axis a point does not set: pimrt run's option as the point ran it; a part key
+        # the point leaves to its part: blank
+        row.update({k: p.values.get(k, p.options.get(k, "")) for k in self.spec.axes})
         if "sweep" in summary:
             row["worker"] = summary["sweep"].get("worker")
         for k, v in flatten({k: v for k, v in summary.items() if k != "sweep"}).items():
@@ -140,8 +142,13 @@ class Store:
             import pyarrow.parquet as pq
         except ImportError:
             return written
-        table = pyarrow.Table.from_pylist(
-            [{c: _plain(r.get(c)) for c in columns} for r in rows])
+        cells = [{c: _plain(r.get(c)) for c in columns} for r in rows]
+        for c in columns:                 # a column of ints and floats: floats
+            if any(isinstance(r[c], float) for r in cells):
+                for r in cells:
+                    if isinstance(r[c], int):
+                        r[c] = float(r[c])
+        table = pyarrow.Table.from_pylist(cells)
         with atomic_open(self.root / "results.parquet", "wb") as f:
             pq.write_table(table, f)
         return written + [self.root / "results.parquet"]
