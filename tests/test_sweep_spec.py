@@ -121,6 +121,13 @@ BAD = [
     ("[grid]\nhost_set.compute.peak_tflops = [-1.0]\n", "peak_tflops"),
     ("[grid]\ngroups = [3]\n", "point 1 (groups=3)"),
     ("[grid]\npart = ['nosuch.toml']\n", "no such part"),
+    ("[grid]\nworld = [0]\n", "point 1 (world=0): --world must be >= 1, got 0"),
+    ("[grid]\ndensity = [nan]\n", "--density must be in (0, 1], got nan"),
+    ("[grid]\nlink_gbps = [-1.0]\n", "--link-gbps must be > 0, got -1.0"),
+    ("[grid]\nslices = [3]\n", "point 1 (slices=3): slices=3 does not divide the batch"),
+    ("[grid]\nhost_times = ['nofile.json']\n", "--host-times: no such file"),
+    ("[grid]\nset.pim.lanes = [0]\n", "[pim] lanes: must be positive, found 0"),
+    ("[grid]\nmodel = ['']\n", "model = '': expected a non-empty string"),
 ]
 
 
@@ -143,8 +150,19 @@ def test_a_grid_over_the_limit_needs_yes(tmp_path, capsys):
     spec = write(tmp_path, TINY + "[grid]\nset.pim.mode_switch_cycles = "
                  f"{list(range(1, 202))}\n")
     assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
-    assert "201 points is over the limit of 200 without --yes" in capsys.readouterr().err
+    assert "201 points is over the limit of 200 without --yes (201)" in \
+        capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run", "--yes",
+                 "--quiet"]) == 0
+    assert "201 points in 201 groups" in capsys.readouterr().out
+    # a grid far too large is refused before its points are made
+    huge = write(tmp_path, TINY + "[grid]\n" + "".join(f"set.pim.{k} = {list(range(1, 101))}\n"
+                           for k in ("lanes", "mode_switch_cycles", "clock_ratio"))
+                 + "slices = [1, 2]\n[[points]]\n[[points]]\ngroups = 2\n", "huge.toml")
+    assert main(["sweep", str(huge), "--out", str(tmp_path / "o"), "--yes"]) == 2
+    assert "4000000 points is over the limit of 100000 even with --yes (100 x 100 x 100 x 2 " \
+        "x 2 [[points]])" in capsys.readouterr().err
 
 
 def test_command_line_misuse(tmp_path, capsys):

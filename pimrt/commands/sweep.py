@@ -75,11 +75,8 @@ def run(args) -> int:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     from pimrt.sweep import spec as specs
     from pimrt.sweep.check import check_points
-    spec = specs.load(src)
+    spec = specs.load(src, None if args.yes else LIMIT)
     n = len(spec.points)
-    if n > LIMIT and not args.yes:
-        raise ConfigError(f"{src}: {n} points is over the limit of {LIMIT} without --yes "
-                          f"({', '.join(spec.axes)})")
     store = None
     if args.out is not None:
         from pimrt.sweep.store import Store

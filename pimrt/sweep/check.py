@@ -13,6 +13,7 @@ def check_points(spec, quiet: bool = False) -> None:
     from tqdm import tqdm
     from pimrt.memctl import POLICIES
     from pimrt.runtime import session
+    from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.sweep.worker import system_of
     graphs, systems = {}, {}
     for p in tqdm(spec.points, desc="checking points", unit="point", leave=False,
@@ -22,6 +23,7 @@ def check_points(spec, quiet: bool = False) -> None:
             if o["policy"] not in POLICIES:
                 raise ConfigError(f"unknown policy {o['policy']!r}; choose one of "
                                  f"{', '.join(POLICIES)}")
+            ExchangeConfig(o["update"], o["world"], o["density"], o["link_gbps"])
             gk = (o["model"], o["batch"], o["input"], o["allow_unsupported"])
             if gk not in graphs:
                 graphs[gk] = session.captured(*gk)

@@ -53,22 +53,21 @@ def canonical(name: str, options: dict[str, Option], where: str) -> str:
         rest = name[len(prefix):]
         table, dot, key = rest.partition(".")
         if not dot or not table or not key or "." in key:
+            example = "pim.lanes" if prefix == PART_PREFIX else "compute.peak_tflops"
             raise ConfigError(f"{where}: axis {name!r}: expected {prefix}TABLE.KEY "
-                              f"(e.g. {prefix}{'pim.lanes' if prefix == PART_PREFIX else 'compute.peak_tflops'})")
+                              f"(e.g. {prefix}{example})")
         return name
     dest = name.replace("-", "_")
     if dest in options:
         return dest
     if dest in NOT_AXES:
         raise ConfigError(f"{where}: {name!r} is not an axis: {NOT_AXES[dest]}")
-    known = list(options) + ["set.TABLE.KEY", "host_set.TABLE.KEY"]
     hint = difflib.get_close_matches(dest, list(options), n=1)
-    msg = f"{where}: unknown axis {name!r}; an axis is an option of pimrt run " \
-          f"({', '.join(known)})"
     if hint:
-        msg = f"{where}: unknown axis {name!r}; did you mean {hint[0]!r}? (axes: options " \
-              f"of pimrt run, set.TABLE.KEY, host_set.TABLE.KEY)"
-    raise ConfigError(msg)
+        raise ConfigError(f"{where}: unknown axis {name!r}; did you mean {hint[0]!r}? (axes: "
+                          f"options of pimrt run, set.TABLE.KEY, host_set.TABLE.KEY)")
+    raise ConfigError(f"{where}: unknown axis {name!r}; an axis is an option of pimrt run "
+                      f"({', '.join(options)}), set.TABLE.KEY or host_set.TABLE.KEY")
 
 
 def check_value(name: str, value: Any, options: dict[str, Option], where: str) -> Any:

@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import pathlib
 import tomllib
 from typing import Any
@@ -61,7 +62,16 @@ class Spec:
         return out
 
 
-def load(path) -> Spec:
+HARD_LIMIT = 100_000      # points a spec may have even with --yes
+
+
+class TooManyPoints(ConfigError):
+    """A grid over the limit; raised before its points are made."""
+
+
+def load(path, limit: int | None = None) -> Spec:
+    """The spec's points; a grid of more than `limit` points (or HARD_LIMIT) is refused
+    before any is made."""
     path = pathlib.Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -71,10 +81,10 @@ def load(path) -> Spec:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a text file") from None
-    return parse(data, path)
+    return parse(data, path, limit)
 
 
-def parse(data: dict, path: pathlib.Path) -> Spec:
+def parse(data: dict, path: pathlib.Path, limit: int | None = None) -> Spec:
     where = str(path)
     for table in data:
         if table not in TABLES:
@@ -127,6 +137,12 @@ def parse(data: dict, path: pathlib.Path) -> Spec:
     axes = list(grid) + list(dict.fromkeys(k for _, v in variants for k in v))
     if variants:
         axes.append("variant")
+    count = math.prod(len(vs) for vs in grid.values()) * max(len(variants), 1)
+    for most, what in ((limit, "without --yes"), (HARD_LIMIT, "even with --yes")):
+        if most is not None and count > most:
+            raise TooManyPoints(f"{where}: {count} points is over the limit of {most} {what} "
+                                f"({' x '.join(str(len(v)) for v in grid.values())}"
+                                f"{f' x {len(variants)} [[points]]' if variants else ''})")
     defaults = {k: o.default for k, o in options.items()}
     points, seen = [], {}
     for combo in itertools.product(*grid.values()):
