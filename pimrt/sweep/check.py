@@ -15,7 +15,7 @@ def check_points(spec, quiet: bool = False) -> None:
     from pimrt.runtime import session
     from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.sweep.worker import system_of
-    graphs, systems = {}, {}
+    graphs, systems, checked = {}, {}, set()
     for p in tqdm(spec.points, desc="checking points", unit="point", leave=False,
                   file=sys.stderr, disable=quiet or None):
         o = p.options
@@ -34,7 +34,10 @@ def check_points(spec, quiet: bool = False) -> None:
                 systems[sk] = system_of(o)
             part, host = systems[sk]
             slices = session.slices_for(o["batch"], o["slices"])
-            session.preflight(graph, part, o["groups"], o["update"], host, slices)
+            pk = (gk, sk, o["groups"], slices, o["update"])
+            if pk not in checked:          # the same checks for every policy of a system
+                session.preflight(graph, part, o["groups"], o["update"], host, slices)
+                checked.add(pk)
             if o["host_times"] != "model":
                 session.host_times(graph, o["host_times"], o["groups"], part, host,
                                    o["update"], True, slices=slices)
