@@ -113,6 +113,7 @@ BAD = [
     ("[[points]]\nname = 'a'\n[[points]]\nname = 'a'\n", "two [[points]] are named 'a'"),
     ("[[points]]\ngroups = 4\n[[points]]\ngroups = 4\n", "points 1 and 2 are the same run"),
     ("[grids]\npolicy = ['serial']\n", "unknown table [grids]"),
+    ("[sweep]\nname = 5\n[grid]\npolicy = ['serial']\n", "name = 5: expected a non-empty"),
     ("[grid\n", "not valid TOML"),
     # found by the checks of every point, before any work
     ("[grid]\npolicy = ['fifo']\n", "point 1 (policy=fifo): unknown policy 'fifo'"),

@@ -95,6 +95,8 @@ def parse(data: dict, path: pathlib.Path, limit: int | None = None) -> Spec:
     if not isinstance(head, dict) or set(head) - {"name"}:
         raise ConfigError(f"{where}: [sweep] takes only name = \"...\"")
     name = head.get("name", path.stem)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}: [sweep] name = {name!r}: expected a non-empty string")
     fixed = {k: check_value(k, v, options, f"{where}: [fixed]")
              for k, v in _axes(data.get("fixed", {}), "[fixed]", where, options).items()}
     grid = _axes(data.get("grid", {}), "[grid]", where, options)

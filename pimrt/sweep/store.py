@@ -62,8 +62,10 @@ class Store:
         check_out_dir(self.root)
         lock_out_dir(self.root)
         s = self.spec
+        from pimrt import __version__
         atomic_write_text(self.root / "sweep.json", json.dumps({
             "name": s.name, "spec_hash": s.hash, "spec_file": str(s.path),
+            "pimrt": __version__,
             "spec": s.path.read_text(), "axes": s.axes, "fixed": s.fixed,
             "points": [{"index": p.index + 1, "id": p.id, "values": p.values,
                         "group": p.group} for p in s.points]}, indent=2, default=str))
