@@ -74,7 +74,7 @@ class _Baselines:
         self.gpu = session.timed(self.graph, "gpu_only", 1, self.part, self.host, True,
                                  layrub=o["layrub"], exchange=self.exchange,
                                  host_times=self.times)
-        self.bounds: dict = {}
+        self.bounds: dict = {}          # the bound (and functional checks) per their key
         self.wall_s = time.perf_counter() - t0
 
     def bound(self, o: dict, slices: int) -> dict:
@@ -97,12 +97,15 @@ class _Baselines:
         mem, host = part_keys(o)
         if mem or host:
             meta["part_keys"] = {"memory": mem, "host": host}
-        if o["functional"] != "none":
+        if o["functional"] != "none":       # once per backend, groups and slices
             from pimrt.runtime.functional import check_step
-            meta["functional"] = check_step(o["model"], o["batch"], o["input"],
-                                            o["functional"], o["groups"],
-                                            update=self.exchange.mode,
-                                            density=self.exchange.density, slices=slices)
+            key = ("functional", o["functional"], o["groups"], slices)
+            if key not in self.bounds:
+                self.bounds[key] = check_step(o["model"], o["batch"], o["input"],
+                                              o["functional"], o["groups"],
+                                              update=self.exchange.mode,
+                                              density=self.exchange.density, slices=slices)
+            meta["functional"] = self.bounds[key]
         meta["layrub"] = o["layrub"]
         run = self.serial if o["policy"] == "serial" else session.timed(
             self.graph, o["policy"], o["groups"], self.part, self.host, True,
