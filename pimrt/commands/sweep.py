@@ -87,15 +87,17 @@ def run(args) -> int:
         for p in spec.points:
             print(f"{p.index + 1:>5} {p.id}  " + ", ".join(f"{k}={v}"
                                                          for k, v in p.values.items()))
-        print(f"{n} points in {groups} groups sharing their baselines: all check out")
+        print(f"{_count(n, 'point')} in {_count(groups, 'group')} sharing their baselines: "
+              f"all check out")
         return 0
     from pimrt.sweep import executors, runner
     ex = executors.executor(args.jobs, args.scheduler, args.timeout)
     started = time.perf_counter()
     try:
         store.start()
-        print(f"sweep {spec.name}: {n} points ({', '.join(spec.axes)}) in {groups} groups "
-              f"sharing their baselines, on {ex.describe}", flush=True)
+        print(f"sweep {spec.name}: {_count(n, 'point')} ({', '.join(spec.axes)}) in "
+              f"{_count(groups, 'group')} sharing their baselines, on {ex.describe}",
+              flush=True)
         result = runner.run(spec, store, ex, args.quiet, args.retry_failed)
     except BaseException:
         ex.close(cancel=True)
@@ -104,3 +106,7 @@ def run(args) -> int:
     if result.interrupted:
         return 130
     return 1 if any(store.failed(p) for p in spec.points) else 0
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
