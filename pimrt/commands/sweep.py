@@ -1,0 +1,112 @@
+"""`pimrt sweep`: a design-space exploration from a TOML spec, on local processes or a Dask
+cluster, resumable (docs/sweep.md); `pimrt sweep DIR --plot X --y Y --by Z` plots it."""
+from __future__ import annotations
+
+import pathlib
+import time
+
+LIMIT = 200          # points a sweep runs without --yes
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep", help="run a grid of pimrt run points from a TOML spec, or plot one",
+        description="Run every point of a sweep spec (axes: any option of pimrt run, part "
+                    "files or presets, single part keys as set.TABLE.KEY / "
+                    "host_set.TABLE.KEY) on local processes or a Dask cluster; each finished "
+                    "point is written at once and a re-run skips it. With a results folder "
+                    "instead of a spec: plot a column against an axis. docs/sweep.md")
+    p.add_argument("source", type=pathlib.Path, metavar="SPEC.toml|DIR",
+                   help="a sweep spec to run, or a sweep's results folder to plot")
+    p.add_argument("--out", type=pathlib.Path, default=None,
+                   help="results folder of the run (sweep.json, results.csv, points/ID/)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="local worker processes, one core each (default 1)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT|local:N",
+                   help="run on a Dask cluster: a running scheduler's address, or local:N "
+                        "for a LocalCluster of N workers (instead of --jobs)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for the Dask scheduler to answer (default 10)")
+    p.add_argument("--yes", action="store_true",
+                   help=f"run a sweep of more than {LIMIT} points")
+    p.add_argument("--force", action="store_true",
+                   help="run in a folder that holds another spec's results (the finished "
+                        "points both specs have are kept)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run the points that failed before again (skipped by default)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check every point and list them; run nothing")
+    p.add_argument("--plot", default=None, metavar="X", help="plot mode: the x axis")
+    p.add_argument("--y", default="speedup_vs_gpu_only", metavar="Y",
+                   help="plot mode: the column to plot (default speedup_vs_gpu_only; any "
+                        "number of results.csv: step_ms, speedup_vs_serial, ...)")
+    p.add_argument("--by", default=None, metavar="Z", help="plot mode: a line per value of Z")
+    p.add_argument("--where", action="append", default=[], metavar="AXIS=VALUE",
+                   help="plot mode: only the points with this value (repeatable)")
+    p.add_argument("--png", type=pathlib.Path, default=None,
+                   help="plot mode: the PNG (default DIR/plots/Y_vs_X_by_Z.png)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pimrt.errors import ConfigError
+    src = args.source
+    if src.is_dir():
+        if args.plot is None:
+            raise ConfigError(f"{src}: a results folder; give --plot X (--y Y --by Z) to plot "
+                              f"it, or a SPEC.toml to run a sweep")
+        from pimrt.sweep.plot import plot
+        png, averaged = plot(src, args.plot, args.y, args.by, args.where, args.png)
+        print(f"wrote {png}" + (f" (each mark the mean over {', '.join(averaged)})"
+                                if averaged else ""))
+        return 0
+    if args.plot is not None:
+        raise ConfigError(f"--plot: {src} is not a results folder (plot a sweep's --out "
+                          f"folder)")
+    if not src.is_file():
+        raise ConfigError(f"{src}: no such spec file or results folder")
+    if args.out is None and not args.dry_run:
+        raise ConfigError(f"{src}: give --out DIR, the results folder of the sweep")
+    if args.scheduler and args.jobs != 1:
+        raise ConfigError("--jobs is for local processes; with --scheduler the cluster's "
+                          "workers run the points")
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    from pimrt.sweep import spec as specs
+    from pimrt.sweep.check import check_points
+    spec = specs.load(src, None if args.yes else LIMIT)
+    n = len(spec.points)
+    store = None
+    if args.out is not None:
+        from pimrt.sweep.store import Store
+        store = Store.open(args.out, spec, args.force)     # before any work
+    check_points(spec, args.quiet)
+    groups = len(spec.groups())
+    if args.dry_run:
+        for p in spec.points:
+            print(f"{p.index + 1:>5} {p.id}  " + ", ".join(f"{k}={v}"
+                                                         for k, v in p.values.items()))
+        print(f"{_count(n, 'point')} in {_count(groups, 'group')} sharing their baselines: "
+              f"all check out")
+        return 0
+    from pimrt.sweep import executors, runner
+    ex = executors.executor(args.jobs, args.scheduler, args.timeout)
+    started = time.perf_counter()
+    try:
+        store.start()
+        print(f"sweep {spec.name}: {_count(n, 'point')} ({', '.join(spec.axes)}) in "
+              f"{_count(groups, 'group')} sharing their baselines, on {ex.describe}",
+              flush=True)
+        result = runner.run(spec, store, ex, args.quiet, args.retry_failed)
+    except BaseException:
+        ex.close(cancel=True)
+        raise
+    print(runner.report(result, store, started))
+    if result.interrupted:
+        return 130
+    return 1 if any(store.failed(p) for p in spec.points) else 0
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"

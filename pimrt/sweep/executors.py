@@ -1,0 +1,174 @@
+"""Where a sweep's groups of points run: local processes (`--jobs N`, one core each, spawned so
+no torch state is forked) or a Dask cluster (`--scheduler tcp://HOST:PORT`, or `local:N` for a
+LocalCluster of N one-thread workers). Both give the runner the same four calls: slots()
+(groups to keep in flight), submit(points), wait(handles, seconds) and outcome(handle) ->
+("ok", results) | ("lost", why) | ("error", why). "lost" is a worker that died under the
+group: the runner submits it once more; Dask retries such a task itself on another worker
+(its scheduler's distributed.scheduler.allowed-failures; a LocalCluster is given 1) and then
+reports it lost for good."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import re
+import sys
+
+from pimrt.errors import ConfigError
+
+
+def _worker_init() -> None:
+    """Ctrl-C reaches every process of the terminal; the client is the one that acts."""
+    import signal
+    import threading
+    from tqdm import tqdm
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tqdm.set_lock(threading.RLock())
+
+
+class LocalExecutor:
+    """N spawned worker processes. A worker that dies breaks the pool: every group in flight
+    is reported lost and the pool is started again for the next submissions."""
+    retries_lost = True              # the runner resubmits a lost group once
+
+    def __init__(self, jobs: int):
+        if jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+        self.jobs = jobs
+        self.pool = None
+        self.describe = f"{jobs} local process{'es' if jobs > 1 else ''}"
+
+    def _pool(self):
+        if self.pool is None:
+            import multiprocessing
+            self.pool = cf.ProcessPoolExecutor(
+                self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_init)
+        return self.pool
+
+    def slots(self) -> int:
+        return self.jobs
+
+    def submit(self, points: list[dict]):
+        from pimrt.sweep.worker import run_group
+        try:
+            return self._pool().submit(run_group, points)
+        except cf.process.BrokenProcessPool:
+            self._restart()
+            return self._pool().submit(run_group, points)
+
+    def wait(self, handles, seconds: float):
+        done, _ = cf.wait(handles, timeout=seconds, return_when=cf.FIRST_COMPLETED)
+        return done
+
+    def outcome(self, handle):
+        try:
+            return "ok", handle.result()
+        except cf.process.BrokenProcessPool:
+            self._restart()
+            return "lost", "its worker process died"
+        except Exception as exc:                    # noqa: BLE001 - recorded with the points
+            return "error", f"{type(exc).__name__}: {exc}"
+
+    def _restart(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = None
+
+    def close(self, cancel: bool = False) -> None:
+        if self.pool is None:
+            return
+        if cancel:                   # Ctrl-C: stop the groups running now, not after them
+            for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        self.pool = None
+
+
+ADDRESS = re.compile(r"^(tcp|tls|ws|wss|inproc|ucx)://[^\s/:]+(:\d+)?/?$")
+
+
+class DaskExecutor:
+    """A Dask cluster: an existing scheduler's address, or local:N for a LocalCluster."""
+    retries_lost = False             # the scheduler reschedules a task whose worker died
+
+    def __init__(self, address: str, timeout: float):
+        if timeout <= 0:
+            raise ConfigError(f"--timeout must be > 0 seconds, got {timeout:g}")
+        import logging
+        import dask
+        import distributed
+        self.cluster = None
+        m = re.fullmatch(r"local:(\d+)", address)
+        if m:
+            n = int(m.group(1))
+            if n < 1:
+                raise ConfigError(f"--scheduler {address}: a LocalCluster needs at least one "
+                                  f"worker (local:N, N >= 1)")
+            with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+                self.cluster = distributed.LocalCluster(
+                    n_workers=n, threads_per_worker=1, processes=True,
+                    dashboard_address=None, silence_logs=logging.ERROR)
+            target = self.cluster
+            self.describe = f"a Dask LocalCluster of {n} worker{'s' if n > 1 else ''}"
+        elif ADDRESS.match(address):
+            target = address
+            self.describe = f"the Dask scheduler at {address}"
+        else:
+            raise ConfigError(f"--scheduler {address!r}: expected a scheduler's address "
+                              f"(tcp://HOST:PORT) or local:N")
+        try:
+            self.client = distributed.Client(target, timeout=timeout)
+        except (OSError, TimeoutError) as exc:
+            self._close_cluster()
+            raise ConfigError(f"--scheduler {address}: no Dask scheduler answered within "
+                              f"{timeout:g} s ({_first_line(exc)})") from None
+        self.killed = distributed.KilledWorker
+
+    def slots(self) -> int:
+        return max(1, sum(self.client.nthreads().values()))
+
+    def submit(self, points: list[dict]):
+        from pimrt.sweep.worker import run_group
+        return self.client.submit(run_group, points, pure=False)
+
+    def wait(self, handles, seconds: float):
+        import distributed
+        try:
+            return distributed.wait(list(handles), timeout=seconds,
+                                    return_when="FIRST_COMPLETED").done
+        except TimeoutError:
+            return set()
+
+    def outcome(self, handle):
+        if handle.status == "finished":
+            return "ok", handle.result()
+        exc = handle.exception()
+        if isinstance(exc, self.killed):
+            return "lost", f"its worker died and Dask gave up rescheduling it " \
+                           f"({_first_line(exc)})"
+        return "error", f"{type(exc).__name__}: {_first_line(exc)}"
+
+    def close(self, cancel: bool = False) -> None:
+        try:
+            self.client.close()
+        finally:
+            self._close_cluster()
+
+    def _close_cluster(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def executor(jobs: int, scheduler: str | None, timeout: float):
+    if scheduler:
+        return DaskExecutor(scheduler, timeout)
+    return LocalExecutor(jobs)
+
+
+def warn(msg: str) -> None:
+    print(f"warning: {msg}", file=sys.stderr)

@@ -1,0 +1,203 @@
+"""A sweep's results folder:
+
+    DIR/sweep.json          the spec it holds (its hash, text, axes and points)
+    DIR/points/ID/          each finished point's folder, as `pimrt run --out` writes it
+                            (summary.json last: a folder with it is finished)
+    DIR/points/ID/error.json  a point that failed: its error, the traceback, the worker
+    DIR/results.csv         a row per point of the spec: its axes, status and every scalar of
+                            its summary.json (nested keys joined by dots); results.parquet too
+                            when pyarrow is installed
+
+Each point is written the moment it finishes, so a sweep that stops keeps every finished
+point and a re-run skips them. A folder that holds another spec's results is refused unless
+told (--force)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import pathlib
+
+from pimrt.errors import ConfigError
+from pimrt.output import (atomic_open, atomic_write_text, check_out_dir, lock_out_dir,
+                          writing)
+
+# summary fields keyed by layer: a column per layer would not be a table of points
+PER_LAYER = {"deferred_weight_gradients", "sliced_layers", "plots"}
+LEAD = ("index", "id", "status")
+
+
+class Store:
+    def __init__(self, root: pathlib.Path, spec):
+        self.root, self.spec = root, spec
+        self.rows: dict[str, dict] = {}         # point id -> its row in results.csv
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, root, spec, force: bool = False) -> "Store":
+        """Check (before any work) that `root` can hold this spec's results: a new or empty
+        folder, or one written by the same spec; another spec's only with force."""
+        root = pathlib.Path(root)
+        check_out_dir(root, create=False)
+        held = root / "sweep.json"
+        if held.exists():
+            try:
+                old = json.loads(held.read_text())
+                old_hash, old_name = old["spec_hash"], old.get("name", "?")
+            except (OSError, ValueError, KeyError, TypeError):
+                old_hash, old_name = None, "unreadable"
+            if old_hash != spec.hash and not force:
+                raise ConfigError(
+                    f"--out {root}: holds the results of another sweep ({old_name}, spec "
+                    f"{old_hash}; this one is {spec.hash}); give another folder, or --force "
+                    f"to run this spec there (finished points it shares are kept)")
+        elif root.is_dir() and any(p.name != ".pimrt.lock" for p in root.iterdir()) \
+                and not force:
+            raise ConfigError(f"--out {root}: not empty and not a sweep's results folder "
+                              f"(no sweep.json); give another folder, or --force")
+        return cls(root, spec)
+
+    def start(self) -> None:
+        """Create and lock the folder, record the spec, load the finished points."""
+        check_out_dir(self.root)
+        lock_out_dir(self.root)
+        s = self.spec
+        from pimrt import __version__
+        atomic_write_text(self.root / "sweep.json", json.dumps({
+            "name": s.name, "spec_hash": s.hash, "spec_file": str(s.path),
+            "pimrt": __version__,
+            "spec": s.path.read_text(), "axes": s.axes, "fixed": s.fixed,
+            "points": [{"index": p.index + 1, "id": p.id, "values": p.values,
+                        "group": p.group} for p in s.points]}, indent=2, default=str))
+        for p in s.points:
+            folder = self.folder(p)
+            summary, error = folder / "summary.json", folder / "error.json"
+            if summary.exists():
+                try:
+                    self.rows[p.id] = self._row(p, "done", json.loads(summary.read_text()))
+                    continue
+                except ValueError:
+                    pass                              # half written: run it again
+            if error.exists():
+                try:
+                    e = json.loads(error.read_text())
+                    self.rows[p.id] = self._row(p, "failed", {"error": e["error"]})
+                except (ValueError, KeyError, TypeError):
+                    pass
+        self.write_tables()                           # this spec's points only
+
+    def folder(self, p) -> pathlib.Path:
+        return self.root / "points" / p.id
+
+    def done(self, p) -> bool:
+        return self.rows.get(p.id, {}).get("status") == "done"
+
+    def failed(self, p) -> bool:
+        return self.rows.get(p.id, {}).get("status") == "failed"
+
+    # ------------------------------------------------------------------ recording
+    def record(self, p, result: dict) -> None:
+        """A point's result from a worker: its folder (or error.json), then the tables."""
+        folder = self.folder(p)
+        if result["ok"]:
+            s = result["summary"]
+            s["sweep"] = {"name": self.spec.name, "point": p.index + 1, "id": p.id,
+                          "values": p.values, "worker": result.get("worker")}
+            s["plots"] = [str(folder / name) for name in s["plots"]]
+            with writing(folder):
+                for name, data in result["files"].items():
+                    with atomic_open(folder / name, "wb") as f:
+                        f.write(data)
+                (folder / "error.json").unlink(missing_ok=True)
+                atomic_write_text(folder / "summary.json",
+                                  json.dumps(s, indent=2, default=str))
+            self.rows[p.id] = self._row(p, "done", s)
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(folder / "error.json", json.dumps(
+                {k: result.get(k) for k in ("error", "detail", "worker")}, indent=2))
+            self.rows[p.id] = self._row(p, "failed", {"error": result["error"]})
+        self.write_tables()
+
+    def _row(self, p, status: str, summary: dict) -> dict:
+        row = {"index": p.index + 1, "id": p.id, "status": status}
+        # an axis a point does not set: pimrt run's option as the point ran it; a part key
+        # the point leaves to its part: blank
+        row.update({k: p.values.get(k, p.options.get(k, "")) for k in self.spec.axes})
+        if "sweep" in summary:
+            row["worker"] = summary["sweep"].get("worker")
+        for k, v in flatten({k: v for k, v in summary.items() if k != "sweep"}).items():
+            row.setdefault(k, v)
+        return row
+
+    def write_tables(self) -> list[pathlib.Path]:
+        rows = sorted(self.rows.values(), key=lambda r: r["index"])
+        columns = list(dict.fromkeys(c for r in rows for c in r))
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, columns, restval="")
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_text(self.root / "results.csv", buf.getvalue())
+        written = [self.root / "results.csv"]
+        try:
+            import pyarrow
+            import pyarrow.parquet as pq
+        except ImportError:
+            return written
+        cells = [{c: _plain(r.get(c)) for c in columns} for r in rows]
+        for c in columns:                 # a column of ints and floats: floats
+            if any(isinstance(r[c], float) for r in cells):
+                for r in cells:
+                    if isinstance(r[c], int):
+                        r[c] = float(r[c])
+        table = pyarrow.Table.from_pylist(cells)
+        with atomic_open(self.root / "results.parquet", "wb") as f:
+            pq.write_table(table, f)
+        return written + [self.root / "results.parquet"]
+
+
+def _plain(v):
+    """A cell for parquet: axes mix numbers and names (a part's name or a file), so every
+    value that is not a float or an int is its text."""
+    if v is None or v == "" or isinstance(v, (float, int)) and not isinstance(v, bool):
+        return None if v == "" else v
+    return str(v)
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """The scalars of a summary, nested keys joined by dots; lists and per-layer maps left
+    out (they are in the point's folder)."""
+    out = {}
+    for k, v in d.items():
+        if k in PER_LAYER:
+            continue
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{key}."))
+        elif isinstance(v, (str, int, float, bool)) or v is None:
+            out[key] = v
+    return out
+
+
+def read_rows(root) -> list[dict]:
+    """results.csv of a results folder, values as numbers where they are numbers."""
+    path = pathlib.Path(root) / "results.csv"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{root}: no results to plot ({path}: {exc.strerror})") from None
+    rows = []
+    for r in csv.DictReader(io.StringIO(text)):
+        rows.append({k: _number(v) for k, v in r.items()})
+    return rows
+
+
+def _number(v: str):
+    if v in ("True", "False"):
+        return v == "True"
+    for kind in (int, float):
+        try:
+            return kind(v)
+        except (TypeError, ValueError):
+            pass
+    return v

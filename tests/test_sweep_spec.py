@@ -1,0 +1,203 @@
+"""`pimrt sweep`'s spec: the points of a grid crossed with a list of points, their ids and
+groups, and every bad input refused with one line before any work (nothing written)."""
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pimrt.cli import main
+from pimrt.sweep import spec as specs
+from pimrt.sweep.spec import PER_POINT
+
+TINY = """
+[fixed]
+model = "resnet_cifar_20"
+batch = 2
+input = 32
+"""
+
+
+def write(tmp_path, text, name="s.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_grid_crossed_with_points(tmp_path):
+    s = specs.load(write(tmp_path, TINY + """
+[grid]
+policy = ["serial", "authority"]
+set.pim.lanes = [8, 16]
+[[points]]
+name = "base"
+[[points]]
+name = "tc"
+host-part = "v100_tc"
+host_set.compute.efficiency = 0.5
+"""))
+    assert s.axes == ["policy", "set.pim.lanes", "host_part", "host_set.compute.efficiency",
+                      "variant"]
+    assert len(s.points) == 2 * 2 * 2
+    first = s.points[0]
+    assert first.values == {"policy": "serial", "set.pim.lanes": 8, "variant": "base"}
+    # every option of pimrt run, with sweep's defaults (no functional check) and [fixed]
+    assert first.options["batch"] == 2 and first.options["functional"] == "none"
+    assert first.options["host_part"] == "v100" and first.options["groups"] >= 1
+    tc = [p for p in s.points if p.values["variant"] == "tc"]
+    assert all(p.options["host_part"] == "v100_tc" for p in tc)
+    assert specs.part_keys(tc[0].options) == ({"pim": {"lanes": 8}},
+                                              {"compute": {"efficiency": 0.5}})
+    # a group shares its baselines: the same system, policies apart
+    groups = s.groups()
+    assert len(groups) == 4 and all(len(g) == 2 for g in groups.values())
+    assert all({p.values["policy"] for p in g} == {"serial", "authority"}
+               for g in groups.values())
+
+
+def test_ids_name_the_run_not_the_spec(tmp_path):
+    a = specs.load(write(tmp_path, TINY + '[grid]\npolicy = ["serial", "authority"]\n', "a.toml"))
+    b = specs.load(write(tmp_path, TINY + '[grid]\npolicy = ["authority"]\n'
+                         'groups = [4]\n', "b.toml"))
+    assert a.points[1].id == b.points[0].id          # the same run in another spec
+    assert a.hash != b.hash
+
+
+def test_a_part_file_is_part_of_the_id(tmp_path):
+    part = tmp_path / "mine.toml"
+    part.write_text('include = "v100_hbm2_pim"\n')
+    text = TINY + '[grid]\npart = ["mine.toml"]\n'
+    before = specs.load(write(tmp_path, text)).points[0]
+    assert before.options["part"] == str(part.resolve())   # relative to the spec's folder
+    part.write_text('include = "v100_hbm2_pim"\n[pim]\nlanes = 16\n')
+    assert specs.load(write(tmp_path, text)).points[0].id != before.id
+
+
+@given(st.lists(st.sampled_from(["serial", "bank_partition", "authority"]), min_size=1,
+                max_size=3, unique=True),
+       st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=3, unique=True),
+       st.lists(st.sampled_from([4, 8, 16, 32]), min_size=1, max_size=4, unique=True),
+       st.integers(0, 3))
+def test_points_are_the_product_and_groups_share_all_but_per_point_options(
+        policies, groups, lanes, variants):
+    import pathlib
+    import tempfile
+    text = TINY + f"[grid]\npolicy = {json.dumps(policies)}\ngroups = {groups}\n" \
+                  f"set.pim.lanes = {lanes}\n"
+    text += "".join(f'[[points]]\nname = "v{i}"\nset.pim.mode_switch_cycles = {24 * (i + 1)}\n'
+                    for i in range(variants))
+    with tempfile.TemporaryDirectory() as d:
+        s = specs.load(write(pathlib.Path(d), text))
+    assert len(s.points) == len(policies) * len(groups) * len(lanes) * max(variants, 1)
+    assert len({p.id for p in s.points}) == len(s.points)
+    for g in s.groups().values():
+        shared = [{k: v for k, v in p.options.items() if k not in PER_POINT} for p in g]
+        assert all(o == shared[0] for o in shared)
+    assert len(s.groups()) == len(lanes) * max(variants, 1)
+
+
+BAD = [
+    ("[grid]\npolicys = ['serial']\n", "unknown axis 'policys'; did you mean 'policy'?"),
+    ("[grid]\nout = ['x']\n", "'out' is not an axis"),
+    ("[grid]\npolicy = []\n", "an axis with no values makes an empty grid"),
+    ("[sweep]\nname = 'x'\n", "empty grid"),
+    ("[grid]\nbatch = ['two']\n", "batch = 'two': expected an integer"),
+    ("[grid]\nupdate = ['adam']\n", "update = 'adam': choose one of sgd, gradsa, laysa"),
+    ("[grid]\npolicy = 'serial'\n", "expected a list of values"),
+    ("[grid]\npolicy = ['serial', 'serial']\n", "lists a value twice"),
+    ("[grid]\nset.pim = [8]\n", "expected set.TABLE.KEY"),
+    ("[grid]\nhost_times = ['measure']\n", "a sweep replays host times"),
+    ("[fixed]\nbatch = 2\n[grid]\nbatch = [2, 4]\n", "batch is in [fixed] and also varies"),
+    ("[grid]\npolicy = ['serial']\n[[points]]\npolicy = 'authority'\n",
+     "policy is a [grid] axis and also set by [[points]]"),
+    ("[[points]]\nname = 'a'\n[[points]]\nname = 'a'\n", "two [[points]] are named 'a'"),
+    ("[[points]]\ngroups = 4\n[[points]]\ngroups = 4\n", "points 1 and 2 are the same run"),
+    ("[grids]\npolicy = ['serial']\n", "unknown table [grids]"),
+    ("[sweep]\nname = 5\n[grid]\npolicy = ['serial']\n", "name = 5: expected a non-empty"),
+    ("[grid\n", "not valid TOML"),
+    # found by the checks of every point, before any work
+    ("[grid]\npolicy = ['fifo']\n", "point 1 (policy=fifo): unknown policy 'fifo'"),
+    ("[fixed]\nbatch = 2\n[grid]\nmodel = ['resnet19']\n", "point 1 (model=resnet19)"),
+    ("[grid]\nset.pim.lanez = [8]\n", "unknown parameter 'lanez'"),
+    ("[grid]\nhost_set.compute.peak_tflops = [-1.0]\n", "peak_tflops"),
+    ("[grid]\ngroups = [3]\n", "point 1 (groups=3)"),
+    ("[grid]\npart = ['nosuch.toml']\n", "no such part"),
+    ("[grid]\nworld = [0]\n", "point 1 (world=0): --world must be >= 1, got 0"),
+    ("[grid]\ndensity = [nan]\n", "--density must be in (0, 1], got nan"),
+    ("[grid]\nlink_gbps = [-1.0]\n", "--link-gbps must be > 0, got -1.0"),
+    ("[grid]\nslices = [3]\n", "point 1 (slices=3): slices=3 does not divide the batch"),
+    ("[grid]\nhost_times = ['nofile.json']\n", "--host-times: no such file"),
+    ("[grid]\nset.pim.lanes = [0]\n", "[pim] lanes: must be positive, found 0"),
+    ("[grid]\nmodel = ['']\n", "model = '': expected a non-empty string"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD, ids=[m[:30] for _, m in BAD])
+def test_bad_spec_is_one_line_before_any_work(tmp_path, capsys, text, message):
+    body = TINY + text
+    if text.startswith("[fixed]"):              # one [fixed] table only
+        body = text.replace("[fixed]\n", "[fixed]\ninput = 32\n" if "model" in text else
+                            '[fixed]\nmodel = "resnet_cifar_20"\ninput = 32\n')
+    spec = write(tmp_path, body)
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pimrt sweep: error: "), err
+    assert message in err[0], err[0]
+    assert not out.exists()
+
+
+def test_a_grid_over_the_limit_needs_yes(tmp_path, capsys):
+    spec = write(tmp_path, TINY + "[grid]\nset.pim.mode_switch_cycles = "
+                 f"{list(range(1, 202))}\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    assert "201 points is over the limit of 200 without --yes (201)" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run", "--yes",
+                 "--quiet"]) == 0
+    assert "201 points in 201 groups" in capsys.readouterr().out
+    # a grid far too large is refused before its points are made
+    huge = write(tmp_path, TINY + "[grid]\n" + "".join(f"set.pim.{k} = {list(range(1, 101))}\n"
+                           for k in ("lanes", "mode_switch_cycles", "clock_ratio"))
+                 + "slices = [1, 2]\n[[points]]\n[[points]]\ngroups = 2\n", "huge.toml")
+    assert main(["sweep", str(huge), "--out", str(tmp_path / "o"), "--yes"]) == 2
+    assert "4000000 points is over the limit of 100000 even with --yes (100 x 100 x 100 x 2 " \
+        "x 2 [[points]])" in capsys.readouterr().err
+
+
+def test_command_line_misuse(tmp_path, capsys):
+    spec = write(tmp_path, TINY + "[grid]\npolicy = ['serial']\n")
+    for argv, message in (
+            ([str(spec)], "give --out DIR"),
+            ([str(tmp_path / "nope.toml"), "--out", "o"], "no such spec file"),
+            ([str(tmp_path)], "a results folder; give --plot X"),
+            ([str(spec), "--plot", "policy"], "is not a results folder"),
+            ([str(spec), "--out", str(tmp_path / "o"), "--jobs", "0"], "--jobs must be >= 1"),
+            ([str(spec), "--out", str(tmp_path / "o"), "--jobs", "2", "--scheduler",
+              "local:2"], "--jobs is for local processes"),
+            ([str(spec), "--out", str(tmp_path / "o"), "--scheduler", "nowhere"],
+             "expected a scheduler's address (tcp://HOST:PORT) or local:N"),
+            ([str(spec), "--out", str(tmp_path / "o"), "--scheduler", "local:0"],
+             "at least one worker")):
+        assert main(["sweep", *argv, "--quiet"]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_documented_sensitivity_spec_is_the_bench_s_variants():
+    """docs/sweep-sensitivity.toml: the five CNNs x pimrt bench sensitivity's variants, each
+    with that variant's part keys and host part, at its groups."""
+    import pathlib
+    from pimrt.bench.sensitivity import VARIANTS
+    s = specs.load(pathlib.Path(__file__).resolve().parents[1] / "docs" /
+                   "sweep-sensitivity.toml")
+    assert len(s.points) == 5 * len(VARIANTS) and len(s.groups()) == len(s.points)
+    for p in s.points:
+        _, overrides, host = VARIANTS[p.values["variant"]]
+        mem, host_keys = specs.part_keys(p.options)
+        assert {f"{t}.{k}": v for t, kv in mem.items() for k, v in kv.items()} == overrides
+        assert p.options["host_part"] == host and not host_keys
+        assert (p.options["policy"], p.options["groups"], p.options["batch"],
+                p.options["input"]) == ("authority", 4, 32, 32)
