@@ -95,6 +95,20 @@ def test_summary_ratios_and_unavailable(runs):
     assert energy.line({"policy": "serial", "energy_mj": bare}).startswith("energy: unavailable")
 
 
+def test_summary_takes_the_runs_own_part_keys(runs):
+    """A sweep point's part keys (meta["part_keys"]) reach its energy: the step ran on the
+    changed parts, so its energy is figured on them, not on the parts' files alone."""
+    _, out = runs
+    meta = {"part": "v100_hbm2_pim", "host_part": "v100", "model": "resnet_cifar_20"}
+    plain = energy.summary(out["authority"], None, None, meta)
+    keyed = energy.summary(out["authority"], None, None, dict(meta, part_keys={
+        "host": {"energy": {"static_w": 100.0}}, "memory": {"pim_energy": {"add_pj": 9.0}}}))
+    seconds = out["authority"].seconds
+    assert plain["components"]["host_static"] == pytest.approx(50.0 * seconds * 1e3)
+    assert keyed["components"]["host_static"] == pytest.approx(100.0 * seconds * 1e3)
+    assert keyed["pim"] > plain["pim"]
+
+
 @pytest.mark.parametrize("over, words", [
     ({"energy": {"flops": "int8"}}, "[energy] flops: 'int8' is not one of fp32, tensor"),
     ({"energy": {"static_w": -1}}, "[energy] static_w: must be >= 0"),

@@ -196,7 +196,7 @@ def step_energy(run, part, host_part) -> dict:
 
 def cached_energy(run, part, host_part) -> dict:
     """step_energy, kept on the StepTiming (a comparison reports each baseline per policy)."""
-    key = (part.name, str(part.path), str(host_part))
+    key = (repr(part), repr(host_part))          # every value of both parts (a sweep's keys)
     memo = getattr(run, "_energy", None)
     if memo is None or memo[0] != key:
         memo = (key, step_energy(run, part, host_part))
@@ -204,20 +204,33 @@ def cached_energy(run, part, host_part) -> dict:
     return memo[1]
 
 
+def _system(meta: dict):
+    """(memory part as the step ran on it, host part) of a run's meta: the parts by name or
+    file with the run's own part keys (`part_keys`, as `pimrt sweep` gives them) applied."""
+    from pimrt.host.part import load_host_part
+    from pimrt.memctl import load_part
+    from pimrt.runtime.timing import step_part
+    keys = meta.get("part_keys") or {}
+    host = load_host_part(meta["host_part"], keys.get("host") or None)
+    part = meta["part"]
+    if isinstance(part, str) or keys.get("memory"):
+        part = load_part(part, keys.get("memory") or None)
+    return step_part(part, host), host
+
+
 def summary(run, serial, gpu_only, meta: dict) -> dict:
     """summary.json's energy_mj: this run's step energy (total, host / DRAM / PIM / I/O, their
     components), the baselines' totals and parts, and the ratios of this run's energy to
     theirs (below 1: it saves energy)."""
-    from pimrt.runtime.timing import step_part
-    part = step_part(meta["part"], meta["host_part"])
-    e = cached_energy(run, part, meta["host_part"])
+    part, host = _system(meta)
+    e = cached_energy(run, part, host)
     if not e["available"]:
         return dict(e)
     out = {k: v for k, v in e.items() if k != "per_task_mj"}
     for name, base in (("serial", serial), ("gpu_only", gpu_only)):
         if base is None:
             continue
-        b = cached_energy(base, part, meta["host_part"])
+        b = cached_energy(base, part, host)
         out[f"{name}_total"] = b["total"]
         out[f"{name}_parts"] = {k: b[k] for k in PARTS}
         out[f"vs_{name}"] = e["total"] / b["total"] if b["total"] else 0.0
@@ -227,8 +240,7 @@ def summary(run, serial, gpu_only, meta: dict) -> dict:
 def layer_energy(rows: list[dict], run, meta: dict) -> None:
     """Each layers.csv row gets its energy (mJ: its tasks' compute, and its share of the
     step's cycles of the DRAM, I/O and static energy) and its share of the step's energy."""
-    from pimrt.runtime.timing import step_part
-    e = cached_energy(run, step_part(meta["part"], meta["host_part"]), meta["host_part"])
+    e = cached_energy(run, *_system(meta))
     if not e["available"]:
         return
     per = {}
