@@ -59,7 +59,8 @@ def test_each_point_is_the_run_pimrt_run_times(swept, tmp_path, capsys):
     for f in ("summary.json", "layers.csv", "trace.json", "timeline.png", "layer_speedup.png"):
         assert (folder / f).stat().st_size > 0, f
     s = json.loads((folder / "summary.json").read_text())
-    assert s["plots"] == [str(folder / "timeline.png"), str(folder / "layer_speedup.png")]
+    assert s["plots"] == [str(folder / "timeline.png"), str(folder / "layer_speedup.png"),
+                          str(folder / "energy.png")]
     assert s["sweep"]["values"] == {"policy": "authority", "set.pim.lanes": 8}
     assert (tmp_path / "run" / "layers.csv").read_text() == (folder / "layers.csv").read_text()
 

@@ -48,15 +48,15 @@ def point(job: tuple) -> dict:
     model, size, batch, variant, part_name = job
     from pimrt.memctl import load_part
     from pimrt.runtime import session
-    from pimrt.runtime.timing import contention_free_bound, time_step
+    from pimrt.runtime.timing import DEFAULT_GROUPS, contention_free_bound, time_step
     change, overrides, host = VARIANTS[variant]
     part = load_part(part_name, overrides)
     graph = session.captured(model, batch, size)
-    session.preflight(graph, part, 4, "sgd", host)
+    session.preflight(graph, part, DEFAULT_GROUPS, "sgd", host)
     gpu = time_step(graph, "gpu_only", 1, part=part, host_part=host)
     serial = time_step(graph, "serial", 1, part=part, host_part=host)
-    auth = time_step(graph, "authority", 4, part=part, host_part=host)
-    bound = contention_free_bound(graph, 4, part, host)
+    auth = time_step(graph, "authority", DEFAULT_GROUPS, part=part, host_part=host)
+    bound = contention_free_bound(graph, DEFAULT_GROUPS, part, host)
     ms = part.timing["tCK"] * 1e-6
     return {"model": model, "input": size, "batch": batch, "variant": variant,
             "change": change, "gpu_only_ms": gpu.seconds * 1e3,
