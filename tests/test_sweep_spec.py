@@ -191,6 +191,7 @@ def test_the_documented_sensitivity_spec_is_the_bench_s_variants():
     with that variant's part keys and host part, at its groups."""
     import pathlib
     from pimrt.bench.sensitivity import VARIANTS
+    from pimrt.runtime.timing import DEFAULT_GROUPS
     s = specs.load(pathlib.Path(__file__).resolve().parents[1] / "docs" /
                    "sweep-sensitivity.toml")
     assert len(s.points) == 5 * len(VARIANTS) and len(s.groups()) == len(s.points)
@@ -200,4 +201,4 @@ def test_the_documented_sensitivity_spec_is_the_bench_s_variants():
         assert {f"{t}.{k}": v for t, kv in mem.items() for k, v in kv.items()} == overrides
         assert p.options["host_part"] == host and not host_keys
         assert (p.options["policy"], p.options["groups"], p.options["batch"],
-                p.options["input"]) == ("authority", 4, 32, 32)
+                p.options["input"]) == ("authority", DEFAULT_GROUPS, 32, 32)
