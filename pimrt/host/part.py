@@ -14,7 +14,6 @@ import dataclasses
 import difflib
 import math
 import pathlib
-import tomllib
 from typing import Any, Mapping
 
 from pimrt.errors import ConfigError
@@ -168,12 +167,8 @@ def load_host_part(name_or_path: str | pathlib.Path | HostPart,
         data = _to_tables(name_or_path)
     else:
         path = resolve_host_part_path(name_or_path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        from pimrt.tomlfile import read_toml
+        data = read_toml(path)
     where = path.name
     for table, values in data.items():
         if table not in SCHEMA:

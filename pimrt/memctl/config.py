@@ -25,7 +25,6 @@ import dataclasses
 import difflib
 import math
 import pathlib
-import tomllib
 import types
 from typing import Any, Iterable, Mapping
 
@@ -393,13 +392,8 @@ def _is_pow2(n: int) -> bool:
 
 
 def _read_toml(path: pathlib.Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    from pimrt.tomlfile import read_toml
+    return read_toml(path)
 
 
 def _load_layers(path: pathlib.Path, stack: list[pathlib.Path]) -> tuple[dict, dict]:

@@ -24,7 +24,6 @@ import itertools
 import json
 import math
 import pathlib
-import tomllib
 from typing import Any
 
 from pimrt.errors import ConfigError
@@ -72,16 +71,9 @@ class TooManyPoints(ConfigError):
 def load(path, limit: int | None = None) -> Spec:
     """The spec's points; a grid of more than `limit` points (or HARD_LIMIT) is refused
     before any is made."""
+    from pimrt.tomlfile import read_toml
     path = pathlib.Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file") from None
-    return parse(data, path, limit)
+    return parse(read_toml(path), path, limit)
 
 
 def parse(data: dict, path: pathlib.Path, limit: int | None = None) -> Spec:
