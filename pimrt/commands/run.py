@@ -156,8 +156,10 @@ def run(args) -> int:
     print("  " + energy.line(s))
     if s["sliced_layers"]:
         convs = sum(1 for n in graph.nodes if n.kind in ("conv", "linear"))
+        others = "whole in the others" if args.groups == 1 else \
+            "by output-channel groups (where the group rule splits them) in the others"
         print(f"  forward by {slices} batch slices in {len(s['sliced_layers'])} of {convs} "
-              f"CONV/linear layers, by output-channel groups in the others")
+              f"CONV/linear layers, {others}")
     ph = s["phases"]
     print("  of which " + ", ".join(
         f"{name} {ph[k]['ms']:.3f} vs {ph[k]['serial_ms']:.3f} ms ({ph[k]['speedup']:.3f}x)"
