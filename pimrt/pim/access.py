@@ -100,19 +100,22 @@ def _layout(kernel: str, lanes: int, vals: tuple[int, ...]):
 
 def _segment(prog, a: int, b: int, counts: tuple[int, ...]):
     """Instructions a..b-1 (loops inside expanded) -> (pointer, rw, offset) arrays in program
-    order (offsets from the pointers' values at a), the pointers' net step, the cycles, and
-    whether an EXIT ended it."""
+    order (offsets from the pointers' values at a), the pointers' net step, the cycles,
+    whether an EXIT ended it, and how many times each instruction of `prog` ran."""
     outer = {}
     for j in range(a, b):
         ins = prog[j]
         if ins.name == "LOOP" and a <= ins.target < j:
             outer[ins.target] = max(outer.get(ins.target, j), j)
     parts, step, cycles, pc = [], np.zeros(isa.N_PTR, np.int64), 0, a
+    runs = np.zeros(len(prog), np.int64)
     while pc < b:
         if pc in outer:
             j = outer[pc]
-            p, rw, off, d, c, _ = _segment(prog, pc, j, counts)
+            p, rw, off, d, c, _, inner = _segment(prog, pc, j, counts)
             n = max(counts[prog[j].counter], 1)
+            runs += n * inner
+            runs[j] += n                                    # the LOOP itself
             r = np.arange(n, dtype=np.int64)[:, None]
             parts.append((np.tile(p, n), np.tile(rw, n),
                           (off[None, :] + r * d[p] + step[p]).ravel()))
@@ -121,10 +124,11 @@ def _segment(prog, a: int, b: int, counts: tuple[int, ...]):
             pc = j + 1
             continue
         ins = prog[pc]
+        runs[pc] += 1
         cycles += 1
         pc += 1
         if ins.name == "EXIT":
-            return (*_join(parts), step, cycles, True)
+            return (*_join(parts), step, cycles, True, runs)
         if ins.name == "ADDP":
             for i in range(isa.N_PTR):
                 if ins.mask >> i & 1:
@@ -143,7 +147,7 @@ def _segment(prog, a: int, b: int, counts: tuple[int, ...]):
                 step[p] += 1
         elif ins.name not in ("NOP", "LOOP"):
             raise PimError(f"access model: {ins.name} at pc {pc - 1} is not supported")
-    return (*_join(parts), step, cycles, False)
+    return (*_join(parts), step, cycles, False, runs)
 
 
 def _join(parts):
@@ -157,8 +161,19 @@ def _join(parts):
 @functools.lru_cache(maxsize=4096)
 def _walk(words: tuple[int, ...], counts: tuple[int, ...]):
     prog = [isa.decode(w) for w in words]
-    p, rw, off, _, cycles, _ = _segment(prog, 0, len(prog), counts)
+    p, rw, off, _, cycles, _, _ = _segment(prog, 0, len(prog), counts)
     return p, rw, off, cycles
+
+
+@functools.lru_cache(maxsize=4096)
+def instruction_runs(kernel: str, lanes: int, work: tuple) -> tuple[tuple, np.ndarray, int]:
+    """One bank's run of `kernel` on `work` ((name, value) pairs): its program (decoded), how
+    many times each instruction ran, and the unit's clock cycles (= bank_cycles)."""
+    words, counts, _ = _layout(kernel, lanes, _work(kernel, lanes, dict(work)))
+    counts = tuple(counts) + (0,) * (isa.N_CNT - len(counts))
+    prog = [isa.decode(w) for w in words]
+    *_, cycles, _, runs = _segment(prog, 0, len(prog), counts)
+    return tuple(prog), runs, cycles
 
 
 def _run(kernel: str, lanes: int, work: dict):

@@ -35,47 +35,18 @@ FLOPS_PER_OP = {"add": 1, "mul": 1, "fma": 2, "compare": 1}
 PARTS = ("host", "dram", "pim", "io")
 
 
-def _ops(prog, a: int, b: int, counts: tuple) -> dict:
-    """Lane instructions a..b-1 of a program (loops expanded by their counts) by kind, and
-    the cycles (as pimrt.pim.access walks it: one per instruction, loops and EXIT included)."""
-    outer = {}
-    for j in range(a, b):
-        ins = prog[j]
-        if ins.name == "LOOP" and a <= ins.target < j:
-            outer[ins.target] = max(outer.get(ins.target, j), j)
-    out = dict.fromkeys(FLOPS_PER_OP, 0)
-    cycles, pc = 0, a
-    while pc < b:
-        if pc in outer:
-            j = outer[pc]
-            inner, c, ended = _ops(prog, pc, j, counts)
-            n = max(counts[prog[j].counter], 1)
-            for k in out:
-                out[k] += n * inner[k]
-            cycles += n * (c + 1)
-            pc = j + 1
-            continue
-        ins = prog[pc]
-        cycles += 1
-        pc += 1
-        if ins.name == "EXIT":
-            return out, cycles, True
-        kind = OP_KIND.get(ins.name)
-        if kind:
-            out[kind] += 1
-    return out, cycles, False
-
-
 @functools.lru_cache(maxsize=4096)
 def kernel_ops(kernel: str, lanes: int, work: tuple) -> tuple[dict, int]:
     """One bank's run of `kernel` on `work` ((name, value) pairs, as pimrt.pim.access takes
-    them): lane operations by kind (instructions x lanes) and the unit's clock cycles."""
-    from pimrt.pim import access, isa
-    vals = access._work(kernel, lanes, dict(work))
-    words, counts, _ = access._layout(kernel, lanes, vals)
-    counts = tuple(counts) + (0,) * (isa.N_CNT - len(counts))
-    prog = [isa.decode(w) for w in words]
-    ops, cycles, _ = _ops(prog, 0, len(prog), counts)
+    them): lane operations by kind (instructions x lanes) and the unit's clock cycles, from
+    the same walk of the program as the timing's (pimrt.pim.access.instruction_runs)."""
+    from pimrt.pim import access
+    prog, runs, cycles = access.instruction_runs(kernel, lanes, work)
+    ops = dict.fromkeys(FLOPS_PER_OP, 0)
+    for ins, n in zip(prog, runs):
+        kind = OP_KIND.get(ins.name)
+        if kind:
+            ops[kind] += int(n)
     return {k: v * lanes for k, v in ops.items()}, cycles
 
 
