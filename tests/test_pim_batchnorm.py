@@ -67,17 +67,23 @@ _shapes = st.tuples(st.integers(1, 6), st.integers(1, 3), st.integers(1, 9), st.
 _means = st.sampled_from([0.0, 1.0, -3.0, 300.0, -2000.0, 1e4, -1e4])
 
 
+def _drawn(shape, mean, rel, seed):
+    """x around `mean` with a spread of 10**rel of it (of 1 at mean 0), gamma and beta."""
+    rng = np.random.default_rng(seed)
+    sd = abs(mean) * 10 ** rel if mean else 10 ** rel
+    x = (rng.standard_normal(shape) * sd + mean).astype(np.float32)
+    gamma = (rng.random(shape[1]) + 0.5).astype(np.float32)
+    beta = rng.standard_normal(shape[1]).astype(np.float32)
+    return x, gamma, beta
+
+
 @settings(max_examples=60, deadline=None)
 @given(shape=_shapes, mean=_means, rel=st.floats(-3, 0), seed=st.integers(0, 2 ** 16))
 def test_batch_norm_within_its_bound_at_any_mean_and_spread(shape, mean, rel, seed):
     """Means up to 1e4, spreads down to 1e-3 of the mean (golden model, 8 and 16 lanes)."""
     if shape[0] * shape[2] * shape[3] < 2:
         return
-    rng = np.random.default_rng(seed)
-    sd = abs(mean) * 10 ** rel if mean else 10 ** rel
-    x = (rng.standard_normal(shape) * sd + mean).astype(np.float32)
-    gamma = (rng.random(shape[1]) + 0.5).astype(np.float32)
-    beta = rng.standard_normal(shape[1]).astype(np.float32)
+    x, gamma, beta = _drawn(shape, mean, rel, seed)
     for lanes in (8, 16):
         check(GoldenBackend(lanes=lanes), x, gamma, beta)
 
@@ -100,11 +106,7 @@ def test_batch_norm_bound_on_the_rtl(shape, mean, rel, seed):
     testing.skip_without_verilator()
     if shape[0] * shape[2] * shape[3] < 2:
         return
-    rng = np.random.default_rng(seed)
-    sd = abs(mean) * 10 ** rel if mean else 10 ** rel
-    x = (rng.standard_normal(shape) * sd + mean).astype(np.float32)
-    gamma = (rng.random(shape[1]) + 0.5).astype(np.float32)
-    beta = rng.standard_normal(shape[1]).astype(np.float32)
+    x, gamma, beta = _drawn(shape, mean, rel, seed)
     got = check(testing.driver(), x, gamma, beta)
     want = K.batchnorm_forward_2pass(GoldenBackend(), x, gamma, beta)
     assert all((a.view(np.uint32) == b.view(np.uint32)).all() for a, b in zip(got, want))
