@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from pimrt.gradsa.sparsify import sample_threshold, select
 from pimrt.gradsa.state import ParamState, accumulate, commit
-from pimrt.pim import kernels as K
+from pimrt.pim import isa, kernels as K
 from pimrt.pim.errors import PimCapacityError, PimError
 from pimrt.pim.golden import GoldenBackend
 
@@ -66,6 +66,39 @@ def test_relu_exact(g):
     assert (dx.view(np.uint32) == xt.grad.numpy().view(np.uint32)).all()
     assert dx.ravel()[6] == dy.ravel()[6]
     assert (mask == (x > 0)).all()
+
+
+def _relu6_vs_torch(g, x, dy):
+    """relu6_fwd / relu6_bwd against torch's relu6 (hardtanh(x, 0, 6)) and its backward."""
+    y, passed = K.relu6_forward(g, x)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = F.relu6(xt)
+    yt.backward(torch.tensor(dy))
+    nan = np.isnan(x)
+    # bit for bit (-0 stays -0; the unit makes every NaN the canonical quiet NaN)
+    assert (y.view(np.uint32)[~nan] == yt.detach().numpy().view(np.uint32)[~nan]).all()
+    assert (y.view(np.uint32)[nan] == isa.QNAN).all()
+    dx = K.relu6_backward(g, y, dy)
+    assert (dx.view(np.uint32)[~nan] == xt.grad.numpy().view(np.uint32)[~nan]).all()
+    # a NaN passes dy, as torch's hardtanh_backward defines it ((x <= 0 || x >= 6) ? 0 : dy,
+    # and so on CUDA); torch's vectorised CPU loop gives 0 there instead, its scalar tail dy
+    assert (dx[nan] == dy[nan]).all()
+    assert (passed == ((y > 0) & (y < 6))).all()
+
+
+def test_relu6_exact(g):
+    x = _x((2, 8, 5, 5), 5, scale=4.0, shift=2.0)
+    six = np.float32(6)
+    x.ravel()[:12] = [0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, np.nan, 6.0,
+                      np.nextafter(six, 0), np.nextafter(six, 7), -6.0, 7.0]
+    _relu6_vs_torch(g, x, _x(x.shape, 6))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=200), st.integers(0, 2**16))
+def test_relu6_every_bit_pattern(words, seed):
+    x = np.array(words, np.uint32).view(np.float32)
+    _relu6_vs_torch(GoldenBackend(), x, _x(x.shape, seed))
 
 
 @settings(max_examples=60, deadline=None)
@@ -265,6 +298,7 @@ def test_an_image_whose_channels_do_not_fit_is_pooled_in_channel_blocks(g):
                                              np.ones(3), np.ones(3), np.ones(3)),
      r"dy \(2, 3, 2\) and x \(2, 3, 4\) differ"),
     (lambda g: K.relu_backward(g, np.ones(5), np.ones(4)), r"relu_bwd: y \(5,\) and dy \(4,\)"),
+    (lambda g: K.relu6_backward(g, np.ones(5), np.ones(4)), r"relu6_bwd: y \(5,\) and dy \(4,\)"),
 ])
 def test_shapes_a_kernel_cannot_honour_are_clear_errors(g, call, match):
     with pytest.raises(PimError, match=match):

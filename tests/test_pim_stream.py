@@ -7,6 +7,7 @@ count, each an all-bank command in every channel, every stream inside its tensor
 the units' extra cycles (program cycles beyond the commands) as DELAYs."""
 import numpy as np
 import pytest
+from torch import nn
 
 from pimrt.graph import capture
 from pimrt.memctl.config import decode_address, load_part
@@ -37,7 +38,24 @@ def _split(records, kernels):
 @pytest.mark.parametrize("part_name", ["hbm2_pim", "v100_hbm2_pim"])
 @pytest.mark.parametrize("groups,slices", [(1, 1), (2, 2)])
 def test_every_pim_task_sends_its_rtl_program(part_name, groups, slices):
-    g = capture(small_cnn([8, 16], [False, True], "max"), (4, 3, 16, 16))
+    seen = _check_streams(capture(small_cnn([8, 16], [False, True], "max"), (4, 3, 16, 16)),
+                          part_name, groups, slices)
+    # the step ran every kind of PIM program the small CNN has
+    assert {"bn_stats_ch", "bn_apply_ch", "relu_fwd", "relu_bwd", "residual_add",
+            "maxpool2_fwd", "bn_bwd_stats_ch", "bn_bwd_apply_ch", "sgd"} <= seen
+
+
+def test_relu6_tasks_send_their_rtl_program():
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8),
+                        nn.ReLU6(inplace=True), nn.Conv2d(8, 16, 3, padding=1, bias=False),
+                        nn.BatchNorm2d(16), nn.ReLU6(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Dropout(0.2), nn.Linear(16, 10))
+    seen = _check_streams(capture(net, (4, 3, 16, 16)), "v100_hbm2_pim", 1, 2)
+    assert {"relu6_fwd", "relu6_bwd"} <= seen and not {"relu_fwd", "relu_bwd"} & seen
+
+
+def _check_streams(g, part_name, groups, slices) -> set:
+    """Every PIM task of g's step against its RTL-checked program; -> the kernels seen."""
     part = load_part(part_name)
     ctx = context(g, part, place_step(g, part))
     schedule = build_schedule(g, groups, slices=slices)
@@ -76,6 +94,4 @@ def test_every_pim_task_sends_its_rtl_program(part_name, groups, slices):
             # the units' cycles beyond their commands' are waited out as DELAYs
             compute = pim_kernel_cycles(kernel, bank_work(kernel, task, ctx), ctx)
             assert delay == int(max(0.0, compute - len(acc) * ctx.pim_column_cycles))
-    # the step ran every kind of PIM program the small CNN has
-    assert {"bn_stats_ch", "bn_apply_ch", "relu_fwd", "relu_bwd", "residual_add",
-            "maxpool2_fwd", "bn_bwd_stats_ch", "bn_bwd_apply_ch", "sgd"} <= seen
+    return seen

@@ -685,3 +685,29 @@ def test_batch_norm_statistics_by_slices_agree_with_the_whole_batch(n, c, hw, sh
         assert np.allclose(m, mean, rtol=1e-6, atol=1e-6 * (abs(shift) + 1))
         assert np.allclose(i, inv, rtol=1e-4)
     assert np.abs(ys - y1).max() <= 1e-4 * (np.abs(y1).max() + 1)
+
+
+@pytest.mark.slow      # two MobileNetV2 steps on the golden model and a float64 one: ~50 s CPU
+def test_functional_step_runs_relu6_on_the_pim_and_matches_torch(monkeypatch):
+    """MobileNetV2 (ReLU6, dropout, linear bottlenecks): ReLU6 runs on the PIM's relu6
+    programs, dropout draws the same masks in every step, and the gradients that cancel to
+    rounding noise (a projection batch norm's bias) are judged against float64; a ReLU6 that
+    ran as a ReLU on the PIM must fail it."""
+    from pimrt.pim import kernels
+    from pimrt.runtime import functional
+    ran = []
+    fwd = kernels.relu6_forward
+    monkeypatch.setattr(functional, "_RELUS", {**functional._RELUS, "relu6": (
+        lambda b, x: ran.append(1) or fwd(b, x), *functional._RELUS["relu6"][1:])})
+    r = functional.check_step("mobilenetv2", 4, 32, "golden", groups=1, slices=2)
+    assert ran and r["loss_abs_diff"] < 1e-5 and r["grads_within_tolerance"]
+    assert all(j["pim_vs_float64"] <= 1e-4 + functional.NOISE_FACTOR * j["torch_vs_float64"]
+               for j in r["judged_by_float64"].values())
+    assert r["relu_mask_hard_flips"] == 0
+    # a ReLU6 run as a ReLU on the unit: its decisions replayed in torch would hide it, but
+    # they differ from torch's far from any threshold (at init few activations pass 6, so the
+    # unit's ReLU is also given a gradient it must not pass: every element's)
+    monkeypatch.setattr(functional, "_RELUS", {**functional._RELUS, "relu6": (
+        kernels.relu_forward, lambda b, y, dy: dy, lambda y, mask: np.ones(y.shape, np.int8))})
+    bad = functional.check_step("mobilenetv2", 4, 32, "golden", groups=1, slices=2)
+    assert bad["relu_mask_hard_flips"] > 0 and not bad["grads_within_tolerance"]

@@ -46,7 +46,7 @@ def _inputs(name: str, n: int, rng):
     if name in K.STREAM_KERNELS:
         k = K.STREAM_KERNELS[name]
         arrays = {s: rng.standard_normal(n).astype(np.float32) for s in k.inputs}
-        scal = {s: 0.0 if s == "zero" else 0.5 for s in k.scalars}   # threshold 0.5
+        scal = {s: K.CONSTANTS.get(s, 0.5) for s in k.scalars}   # threshold 0.5
         return (lambda b: K.run_stream(b, name, arrays, scal)), n, {"elements": n}
     C = 64
     if name in K.CHANNEL_KERNELS:

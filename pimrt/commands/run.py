@@ -124,10 +124,20 @@ def run(args) -> int:
                   f"gradients: parameters within {u['max_param_rel_diff']:.3g}, residuals within "
                   f"{u['max_residual_rel_diff']:.3g} ({u['kept_elements']} elements kept at "
                   f"density {u['density']:.3g})")
-        if f["loss_abs_diff"] > 1e-5 or grad > 1e-4 or not f["groups_equal"] or \
+        judged = f.get("judged_by_float64") or {}
+        if judged:
+            worst = max(j["pim_vs_float64"] / max(j["torch_vs_float64"], 1e-300)
+                        for j in judged.values())
+            print(f"  {len(judged)} gradient(s) differ from torch's float32 step by more than "
+                  f"1e-4; against a float64 step the PIM's error in them is at most "
+                  f"{worst:.2g}x torch's own")
+        if f["loss_abs_diff"] > 1e-5 or not f.get("grads_within_tolerance", grad <= 1e-4) or \
+                not f["groups_equal"] or \
                 (u and (u["max_param_rel_diff"] > 1e-6 or u["max_residual_rel_diff"] > 1e-6)):
             print("warning: the PIM step is outside the documented tolerance (loss 1e-5, "
-                  "gradients 1e-4 relative with the same ReLU masks, a GradSA update 1e-6; "
+                  "gradients 1e-4 relative with the same ReLU masks or, where torch's float32 "
+                  "gradient is rounding noise, within 4x its distance from float64; a GradSA "
+                  "update 1e-6; "
                   "docs/runtime.md)",
                   file=sys.stderr)
     meta["layrub"] = args.layrub

@@ -84,6 +84,9 @@ class StreamKernel:
         return assemble("\n".join(lines))
 
 
+# scalars a kernel may name without its caller giving them: their values are fixed
+CONSTANTS = {"zero": 0.0, "six": 6.0}
+
 STREAM_KERNELS = {k.name: k for k in [
     StreamKernel("relu_fwd", ("x",), ("y",),
                  ("MAX G{i}, B[{x}+], S0", "MOV B[{y}+], G{i}"), ("zero",),
@@ -93,6 +96,16 @@ STREAM_KERNELS = {k.name: k for k in [
                  ("zero",),
                  doc="dx = (0 >= y) ? +0 : dy from the ReLU output y (torch's threshold_backward: "
                      "a NaN y passes dy)"),
+    StreamKernel("relu6_fwd", ("x",), ("y",),
+                 ("MAX G{i}, B[{x}+], S0", "MIN B[{y}+], G{i}, S1"), ("zero", "six"),
+                 doc="y = min(max(x, +0), 6) (torch's relu6 = hardtanh(x, 0, 6): relu6(-0) = -0, "
+                     "relu6(NaN) = NaN)"),
+    StreamKernel("relu6_bwd", ("y", "dy"), ("dx",),
+                 ("MOV G{i}, B[{y}+]", "CMPGE G{j}, S0, G{i}", "SEL G{j}, S0, B[{dy}+], G{j}",
+                  "CMPGE G{i}, G{i}, S1", "SEL B[{dx}+], S0, G{j}, G{i}"),
+                 ("zero", "six"),
+                 doc="dx = (0 >= y or y >= 6) ? +0 : dy from the ReLU6 output y (torch's "
+                     "hardtanh_backward: a NaN y passes dy)"),
     StreamKernel("copy", ("x",), ("y",),
                  ("MOV G{i}, B[{x}+]", "MOV B[{y}+], G{i}"),
                  doc="y = x (a channel concatenation's part moved into place)"),
@@ -151,7 +164,8 @@ def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
         raise PimError(f"unknown stream kernel {name!r}; known: {', '.join(STREAM_KERNELS)}")
     k = STREAM_KERNELS[name]
     scalars = scalars or {}
-    missing = [s for s in k.inputs if s not in arrays] + [s for s in k.scalars if s not in scalars and s != "zero"]
+    missing = [s for s in k.inputs if s not in arrays] + [s for s in k.scalars
+                                                          if s not in scalars and s not in CONSTANTS]
     if missing:
         raise PimError(f"kernel {name}: missing {', '.join(missing)}")
     data = {s: _f32(arrays[s]) for s in k.inputs}
@@ -166,7 +180,8 @@ def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
         raise PimCapacityError(f"kernel {name}: the bank of {backend.depth} columns cannot hold "
                                f"{len(streams)} streams of {B} columns")
     backend.load_program(k.program())
-    backend.set_scalars(np.asarray([scalars.get(s, 0.0) for s in k.scalars] or [0.0], np.float32))
+    backend.set_scalars(np.asarray([scalars.get(s, CONSTANTS.get(s, 0.0)) for s in k.scalars]
+                                   or [0.0], np.float32))
     cols_total = -(-n // L)
     outs = {s: np.empty(cols_total * L, np.float32) for s in k.outputs}
     res = StreamResult(outs)
@@ -210,6 +225,22 @@ def relu_backward(backend: Backend, y: np.ndarray, dy: np.ndarray) -> np.ndarray
     if np.shape(y) != np.shape(dy):
         raise PimError(f"relu_bwd: y {np.shape(y)} and dy {np.shape(dy)} differ in shape")
     r = run_stream(backend, "relu_bwd", {"y": y, "dy": dy})
+    return r.outputs["dx"].reshape(np.shape(dy))
+
+
+def relu6_forward(backend: Backend, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """-> (y, 0 < y < 6 as bool: where the backward pass lets the gradient through, computed on
+    the host for callers that keep a mask), shaped like x."""
+    y = run_stream(backend, "relu6_fwd", {"x": x}).outputs["y"].reshape(np.shape(x))
+    return y, (y > 0) & (y < 6)
+
+
+def relu6_backward(backend: Backend, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dx from the ReLU6 output y, as torch's hardtanh_backward(0, 6): dx = 0 where y <= 0 or
+    y >= 6, else dy (a NaN y passes dy)."""
+    if np.shape(y) != np.shape(dy):
+        raise PimError(f"relu6_bwd: y {np.shape(y)} and dy {np.shape(dy)} differ in shape")
+    r = run_stream(backend, "relu6_bwd", {"y": y, "dy": dy})
     return r.outputs["dx"].reshape(np.shape(dy))
 
 

@@ -51,10 +51,10 @@ KERNELS = {
                            ("bn_bwd_apply_ch", {"x": "input", "dy": "grad_output",
                                                 "dx": "grad_input", "par": "param"})],
     ("relu", "fwd"): [("relu_fwd", {"x": "input", "y": "output"})],
-    ("relu6", "fwd"): [("relu_fwd", {"x": "input", "y": "output"})],
+    ("relu6", "fwd"): [("relu6_fwd", {"x": "input", "y": "output"})],
     # ReLU backward from its output, as torch: dx = dy where y > 0
     ("relu", "bwd"): [("relu_bwd", {"y": "result", "dy": "grad_output", "dx": "grad_input"})],
-    ("relu6", "bwd"): [("relu_bwd", {"y": "result", "dy": "grad_output", "dx": "grad_input"})],
+    ("relu6", "bwd"): [("relu6_bwd", {"y": "result", "dy": "grad_output", "dx": "grad_input"})],
     ("add", "fwd"): [("residual_add", {"a": "input", "b": "input2", "y": "output"})],
     ("maxpool", "fwd"): [("maxpool2_fwd", {"x": "input", "y": "output"})],
     ("avgpool", "fwd"): [("avgpool2_fwd", {"x": "input", "y": "output"})],
