@@ -7,6 +7,7 @@ count, each an all-bank command in every channel, every stream inside its tensor
 the units' extra cycles (program cycles beyond the commands) as DELAYs."""
 import numpy as np
 import pytest
+import torch
 from torch import nn
 
 from pimrt.graph import capture
@@ -14,7 +15,7 @@ from pimrt.memctl.config import decode_address, load_part
 from pimrt.pim import access
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import build_schedule
-from pimrt.runtime.work import (KERNELS, bank_work, context, pim_kernel_cycles,
+from pimrt.runtime.work import (KERNELS, bank_work, context, gpu_records, pim_kernel_cycles,
                                 pim_records, _role_region)
 from pimrt.trace.records import DELAY, READ, WRITE
 from test_runtime import small_cnn
@@ -95,3 +96,40 @@ def _check_streams(g, part_name, groups, slices) -> set:
             compute = pim_kernel_cycles(kernel, bank_work(kernel, task, ctx), ctx)
             assert delay == int(max(0.0, compute - len(acc) * ctx.pim_column_cycles))
     return seen
+
+
+class _Dense(nn.Module):
+    """A dense block of two layers: each CONV's output concatenated to its input."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.c1 = nn.Sequential(nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1))
+        self.c2 = nn.Sequential(nn.BatchNorm2d(12), nn.ReLU(), nn.Conv2d(12, 4, 3, padding=1))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.cat([x, self.c1(x)], 1)
+        return self.head(torch.cat([x, self.c2(x)], 1))
+
+
+def test_concat_parts_read_their_source_and_write_their_share():
+    g = capture(_Dense(), (4, 3, 8, 8))
+    part = load_part("v100_hbm2_pim")
+    ctx = context(g, part, place_step(g, part))
+    seen = _check_streams(g, "v100_hbm2_pim", 1, 1)
+    assert "copy" in seen
+    parts = [t for t in build_schedule(g, 1).tasks if t.kind == "concat"]
+    assert len(parts) == 4
+    for t in parts:
+        source = _role_region(t, "source", ctx)
+        assert source is ctx.placement["act:" + g[t.layer].inputs[t.part]]
+        # the part's share of the output is as large as its source, to the 64-byte line
+        out = _role_region(t, "output", ctx)
+        share = int(out.nbytes * t.span[1]) // 64 * 64 - int(out.nbytes * t.span[0]) // 64 * 64
+        assert abs(share - source.nbytes) < 64
+        # the GPU-only kernel reads the source and writes the share too
+        recs = gpu_records(t, ctx)
+        reads = recs[recs["op"] == READ]["addr"]
+        assert reads.min() >= source.base and reads.max() < source.base + source.nbytes

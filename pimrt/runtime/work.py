@@ -59,9 +59,9 @@ KERNELS = {
     ("maxpool", "fwd"): [("maxpool2_fwd", {"x": "input", "y": "output"})],
     ("avgpool", "fwd"): [("avgpool2_fwd", {"x": "input", "y": "output"})],
     ("avgpool", "bwd"): [("avgpool2_bwd", {"dy": "grad_output", "dx": "grad_input"})],
-    # a concatenation's part moved into place: one read and one write of the part (the
-    # output's own share stands for the part's source, as in the GPU-only kernel)
-    ("concat", "fwd"): [("copy", {"x": "output", "y": "output"})],
+    # a concatenation's part moved into place: its source tensor read, the part's share of
+    # the output written
+    ("concat", "fwd"): [("copy", {"x": "source", "y": "output"})],
     ("accumulate", "bwd"): [("residual_add", {"a": "grad", "b": "grad", "y": "grad"})],
     ("update", "update"): [("sgd", {"w": "param", "g": "pgrad", "v": "momentum"})],
     # sparse exchange (pimrt.runtime.exchange): GradSA's fold and select, then the update
@@ -94,7 +94,7 @@ GPU_KERNELS = {
     ("maxpool", "fwd"): [[("R", "input", 1), ("W", "output", 1), ("W", "index", 1)]],
     ("avgpool", "fwd"): [[("R", "input", 1), ("W", "output", 1)]],
     ("avgpool", "bwd"): [[("R", "grad_output", 1), ("W", "grad_input", 1)]],
-    ("concat", "fwd"): [[("R", "output", 1), ("W", "output", 1)]],
+    ("concat", "fwd"): [[("R", "source", 1), ("W", "output", 1)]],
     ("accumulate", "bwd"): [[("R", "grad", 1), ("R", "grad", 1), ("W", "grad", 1)]],
     ("update", "update"): [[("R", "param", 1), ("R", "pgrad", 1), ("R", "momentum", 1),
                             ("W", "momentum", 1), ("W", "param", 1)]],
@@ -328,7 +328,7 @@ def gpu_records(task: Task, ctx: Context) -> np.ndarray:
         addrs, ops = [], []
         for rw, role, frac in passes:
             region = _role_region(task, role, ctx)
-            start, nbytes = _task_slice(task, region)
+            start, nbytes = _task_slice(task, region, role)
             a, o = _stream_lines(start, nbytes * frac, WRITE if rw == "W" else READ)
             addrs.append(a)
             ops.append(o)
@@ -381,9 +381,11 @@ def exchange_records(task: Task, ctx: Context) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # PIM tasks
 
-def _task_slice(task: Task, region) -> tuple[int, int]:
+def _task_slice(task: Task, region, role: str = "") -> tuple[int, int]:
     """(start address, bytes) of the part of `region` a task works on: its channel group's
-    share, or its part of a concatenation, or all of it."""
+    share, or its part of a concatenation (all of the part's source), or all of it."""
+    if role == "source":
+        return region.base, region.nbytes
     if task.span is not None:
         lo = int(region.nbytes * task.span[0]) // 64 * 64
         return region.base + lo, max(int(region.nbytes * task.span[1]) // 64 * 64 - lo, 1)
@@ -403,6 +405,8 @@ def _region_for(task: Task, role: str, ctx: Context):
         return pl[f"{role}:{name}"]
     if role == "mask":
         return pl[f"mask:{name}"]
+    if role == "source":                  # the tensor a concatenation's part is copied from
+        return pl["act:" + ctx.graph[name].inputs[task.part]]
     tensor = task.tensors.get(role, task.tensors.get("grad", task.tensors.get("output")))
     if role == "input2":
         ins = ctx.graph[name].inputs
@@ -440,7 +444,7 @@ def pim_records(task: Task, ctx: Context) -> np.ndarray:
         first = np.zeros(len(access.kernel_streams(kernel)), np.int64)
         for i, stream in enumerate(access.kernel_streams(kernel)):
             region = _role_region(task, roles[stream], ctx)
-            start, _ = _task_slice(task, region) if roles[stream] not in (
+            start, _ = _task_slice(task, region, roles[stream]) if roles[stream] not in (
                 "param", "pgrad") else (region.base, 0)
             # the stream's first column in each bank: its region's row, then its share
             first[i] = region.base // span * cols + (start - region.base) // (
