@@ -293,3 +293,14 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
         c->scope_closed_at = t + k->tRP;
     }
 }
+
+/* A per-bank refresh of bank b (refresh.c) that ends at `done` (its cycle + tRFCb): the bank
+ * can activate, and counts as closed, from then on. */
+void mc_refb_terms(mc_sim *sim, channel *c, int b, tick done)
+{
+    bank *bk = &c->banks[b];
+    bk->next_act = MAXT(bk->next_act, done);
+    bk->closed_at = MAXT(bk->closed_at, done);
+    bank_moved(sim, c, b);
+    scope_moved(sim, c, b);
+}
