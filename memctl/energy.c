@@ -63,7 +63,8 @@ int mc_get_energy(const mc_sim *sim, int channel, int rank, mc_energy *out)
         e.read_pj = rd * (double)e.reads;
         e.write_pj = wr * (double)e.writes;
         e.refresh_pj = s * (k->IDD5AB - k->IDD3N) * k->tRFC * (double)e.refreshes;
-        e.refresh_bank_pj = s * (k->IDD5B - k->IDD3N) * k->tRFCb * (double)e.bank_refreshes;
+        e.refresh_bank_pj = e.bank_refreshes ? /* (a part without IDD5B issues none) */
+            s * (k->IDD5B - k->IDD3N) * k->tRFCb * (double)e.bank_refreshes : 0.0;
         e.pim_act_pj = act * (double)e.pim_acts;
         e.pim_read_pj = rd * k->pim_column_share * (double)e.pim_reads;
         e.pim_write_pj = wr * k->pim_column_share * (double)e.pim_writes;

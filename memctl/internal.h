@@ -64,6 +64,7 @@ typedef struct rank_state {
      * refresh falls due, refb_pos that bank's place in the rank's order, refbs the count */
     int refb_pos;
     uint64_t refbs;
+    tick refb_ok;              /* the rank's next REFB no earlier (last REFB + tRREFD) */
 } rank_state;
 
 #define HIST_EXACT 4096
@@ -295,7 +296,7 @@ void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t);
 void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t);
 void mc_skip_refreshes(mc_sim *sim, channel *c, int r, uint64_t n);
 /* per-bank refresh (refresh.c; the bank terms in timing.c, the hooks in scheduler.c) */
-void mc_refb_terms(mc_sim *sim, channel *c, int b, tick done);
+void mc_refb_terms(mc_sim *sim, channel *c, int b, tick t, tick done);
 tick mc_refb_interval(const mc_config *k);
 void mc_refb_init(const mc_sim *sim, channel *c);
 int mc_refb_step(mc_sim *sim, channel *c, tick t, tick *wake);

@@ -105,6 +105,7 @@ typedef struct mc_config {
     /* per-bank refresh (refresh 2, refresh.c): one bank's refresh blocks it tRFCb cycles; the
      * rank refreshes its next bank every tREFI / banks per rank. IDD5B: its current (mA) */
     int tRFCb;
+    int tRREFD;               /* after a REFB, the rank's next ACT or REFB (other banks) */
     double IDD5B;
 } mc_config;
 

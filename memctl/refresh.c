@@ -7,9 +7,10 @@
  * one more in channel.refreshing), the controller closes the PIM's open row if the bank is in
  * the PIM scope, precharges the bank if it has a row open, then refreshes it once it is
  * closed: the REFB blocks only that bank, for tRFCb (its next ACT, and the all-bank commands
- * of a scope that holds it, wait for t + tRFCb). Meanwhile the scheduler serves the other
- * banks (candidates.h skips the banks of refb_mask); the PIM issues nothing while any refresh
- * is pending (scheduler.c, pim_candidate), so all-bank commands are ordered after it.
+ * of a scope that holds it, wait for t + tRFCb), and holds the rank's next ACT and REFB to
+ * another bank back tRREFD (JESD235). Meanwhile the scheduler serves the other banks
+ * (candidates.h skips the banks of refb_mask); the PIM issues nothing while any refresh is
+ * pending (scheduler.c, pim_candidate), so all-bank commands are ordered after it.
  *
  * rank_state.refresh_due is here the cycle the rank's next bank falls due (it advances when
  * the bank is marked, not when it is refreshed), refb_pos that bank's position. */
@@ -99,13 +100,15 @@ int mc_refb_step(mc_sim *sim, channel *c, tick t, tick *wake)
             wake_at(wake, ready);
             continue;
         }
+        int r = sim->bank_rank[b];
         tick ready = MAXT(MAXT(c->next_row, bk->closed_at), c->mode_ready);
+        ready = MAXT(ready, c->ranks[r].refb_ok);
         if (ready > t) {
             wake_at(wake, ready);
             continue;
         }
-        int r = sim->bank_rank[b];
-        mc_refb_terms(sim, c, b, t + k->tRFCb);
+        mc_refb_terms(sim, c, b, t, t + k->tRFCb);
+        c->ranks[r].refb_ok = t + k->tRREFD;
         c->refb_mask &= ~(1ull << b);
         c->refreshing--;
         c->ranks[r].refbs++;
@@ -127,7 +130,7 @@ int mc_refb_skip_ok(const mc_sim *sim, const channel *c, tick t)
     if (c->refb_mask) return 0;
     for (int r = 0; r < k->ranks; r++) {
         const rank_state *rk = &c->ranks[r];
-        if (rk->refresh_due <= t) return 0;
+        if (rk->refresh_due <= t || rk->refb_ok > rk->refresh_due) return 0;
         for (int q = 0; q < k->ranks; q++)
             if (q != r && c->ranks[q].refresh_due % every == rk->refresh_due % every) return 0;
         for (int b = 0; b < sim->nbanks; b++)
@@ -151,7 +154,9 @@ uint64_t mc_refb_skip(mc_sim *sim, channel *c, tick stop)
         uint64_t first = n > (uint64_t)nb ? n - (uint64_t)nb : 0;
         for (uint64_t j = first; j < n; j++) {
             int pos = (int)(((uint64_t)rk->refb_pos + j) % (uint64_t)nb);
-            mc_refb_terms(sim, c, bank_at(k, r, pos), rk->refresh_due + (tick)j * every + k->tRFCb);
+            tick at = rk->refresh_due + (tick)j * every;
+            mc_refb_terms(sim, c, bank_at(k, r, pos), at, at + k->tRFCb);
+            rk->refb_ok = at + k->tRREFD;
         }
         rk->refb_pos = (int)(((uint64_t)rk->refb_pos + n) % (uint64_t)nb);
         rk->refresh_due += (tick)n * every;

@@ -74,6 +74,9 @@ static int check_config(mc_sim *sim, const mc_config *k)
         const int64_t every = mc_refb_interval(k);
         NEED(every > 0, "per-bank refresh: tREFI (%d) is less than the %d banks of a rank",
              k->tREFI, k->bankgroups * k->banks_per_group);
+        NEED(k->tRREFD >= 0 && k->tRREFD < every,
+             "per-bank refresh needs 0 <= tRREFD < tREFI / banks (tRREFD %d, tREFI / banks "
+             "%lld)", k->tRREFD, (long long)every);
         int64_t busy = k->pim_enabled ? (int64_t)k->ranks * k->tRFCb : k->tRFCb;
         int64_t span = k->pim_enabled ? every : k->tREFI;
         NEED(2 * busy <= span,

@@ -102,6 +102,31 @@ def test_checker_catches_an_act_inside_trfcb_and_a_refb_to_an_open_bank():
     assert "bank_open" in found
 
 
+def test_checker_catches_an_act_to_another_bank_inside_trredf():
+    part = load_part("hbm2", BANK)
+    _, text = _run(part, _trace(part, 3000, 4, False, 40_000))
+    log = _log_array(text)
+    for i in np.flatnonzero(log["command"] == REFB):
+        r = log[i]
+        other = np.flatnonzero((log["command"] == 0) & (np.arange(len(log)) > i) &
+                               (log["channel"] == r["channel"]) & (log["rank"] == r["rank"]) &
+                               ((log["bank"] != r["bank"]) | (log["bankgroup"] != r["bankgroup"])))
+        if len(other):
+            j = other[0]
+            break
+    bad = log.copy()
+    bad["cycle"][j] = log["cycle"][i] + part.timing["tRREFD"] - 1
+    bad = bad[np.argsort(bad["cycle"], kind="stable")]
+    assert "tRREFD" in {v.constraint for v in check_command_log(bad, part)}
+    # and a REFB right after another one of the rank
+    extra = log[i:i + 1].copy()
+    extra["cycle"] += 1
+    extra["bank"] = (int(r["bank"]) + 1) % part.org["banks_per_group"]
+    bad = np.concatenate([log, extra])
+    bad = bad[np.argsort(bad["cycle"], kind="stable")]
+    assert "tRREFD" in {v.constraint for v in check_command_log(bad, part)}
+
+
 def test_refb_on_a_part_without_per_bank_refresh_is_a_bad_command():
     part = load_part("ddr4_3200")
     log = np.zeros(1, dtype=LOG_DTYPE)

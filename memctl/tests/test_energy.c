@@ -348,7 +348,7 @@ static void per_bank_refresh_by_hand(void)
 {
     mc_config k = part("serial", 0, 2);
     k.pim_enabled = 0; k.pim_bank_mask = 0;
-    k.tRFCb = 160; k.IDD5B = 74.8;
+    k.tRFCb = 160; k.tRREFD = 8; k.IDD5B = 74.8;
     mc_record r[2] = {{0, 0, 0, MC_READ, MC_HOST, 0},
                       {16 * 3900 - 100, 0x40, 0, MC_READ, MC_HOST, 0}};
     for (int log = 0; log < 2; log++) { /* simulated refresh by refresh, and the gap skipped */

@@ -683,6 +683,7 @@ static void idle_gap_both_ways(void)
                 k.ranks = ranks;
                 k.refresh = refresh;
                 k.tRFCb = 12; /* (short: with PIM units every bank's refresh blocks them) */
+                k.tRREFD = 8;
                 k.map_bits[1] = ranks - 1;
                 k.map_bits[0] = 15 - (ranks - 1);
                 mc_sim *sim = mc_new(&k, err, sizeof err);

@@ -18,6 +18,7 @@ banks and mode; a rank is (channel, pseudo_channel, rank). Constraint names in V
                             refresh (REFB, refresh = "bank"); a REFB also waits tRP after the
                             bank's PRE and tRFC after its rank's REF, with the bank closed
                             (bank_open), to one bank of a part that gives tRFCb (bad_command)
+  tRREFD                    ACT or REFB within tRREFD of a REFB to another bank of the rank
   command_bus               two commands on one channel in one cycle
   log_order                 a command with a cycle earlier than the one before it in the log
   bank_closed               RD / WR / PIM_RD / PIM_WR to a closed bank
@@ -338,6 +339,7 @@ class _Checker:
             "tWTR_L": WL + BURST + tm["tWTR_L"], "tWTR_S": WL + BURST + tm["tWTR_S"],
             "tRTRS_wr": max(0, WL + BURST + tm["tRTRS"] - RL), "tRFC": tm["tRFC"],
             "tRFCb": tm.get("tRFCb"),       # None: the part has no per-bank refresh
+            "tRREFD": tm.get("tRREFD", 0),
         }
         self.has_pim = part.pim is not None
         self.mode_switch = part.pim["mode_switch_cycles"] if self.has_pim else 0
@@ -372,11 +374,13 @@ class _Checker:
         tRP, ccd_l, ccd_s, rtrs_rr = T["tRP"], T["tCCD_L"], T["tCCD_S"], T["tRTRS_rr"]
         rd_wr, wtr_l, wtr_s, rtrs_wr, tRFC = (T["read_to_write"], T["tWTR_L"], T["tWTR_S"],
                                               T["tRTRS_wr"], T["tRFC"])
-        tRFCb = T["tRFCb"]
+        tRFCb, tRREFD = T["tRFCb"], T["tRREFD"]
         NEVER = _NEVER
         # per bank
         b_refb = [NEVER] * NB     # per-bank refresh (REFB)
         b_refb_i = [-1] * NB
+        r_refb = [NEVER] * NR     # the rank's last REFB (tRREFD)
+        r_refb_i = [-1] * NR
         b_open = [False] * NB
         b_row = [-1] * NB
         b_act = [NEVER] * NB      # ACT or PIM_ACT
@@ -550,6 +554,9 @@ class _Checker:
                                 d = t - b_refb[b]
                                 if tRFCb is not None and d < tRFCb:
                                     v("tRFCb", tRFCb, d, b_refb_i[b])
+                                d = t - r_refb[r]
+                                if d < tRREFD:
+                                    v("tRREFD", tRREFD, d, r_refb_i[r])
                                 # tRRD_L: other banks of the bank group
                                 g0 = g * B
                                 best = NEVER
@@ -747,8 +754,13 @@ class _Checker:
                     d = t - r_ref[r]
                     if d < tRFC:
                         v("tRFC", tRFC, d, r_ref_i[r])
+                    d = t - r_refb[r]
+                    if d < tRREFD:
+                        v("tRREFD", tRREFD, d, r_refb_i[r], "REFB too soon after another")
                     b_refb[b] = t
                     b_refb_i[b] = i
+                    r_refb[r] = t
+                    r_refb_i[r] = i
 
             else:   # PIM_ACT, PIM_RD, PIM_WR, PIM_PRE
                 if not partition:

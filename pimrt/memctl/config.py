@@ -90,6 +90,7 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "tREFI": ("pcycles", _REQUIRED),
         "tRFC": ("pcycles", _REQUIRED),
         "tRFCb": ("pcycles", None),         # per-bank refresh (refresh = "bank"): < tRFC
+        "tRREFD": ("cycles", None),         # per-bank refresh: REFB -> ACT / REFB other bank
     },
     "controller": {
         "address_mapping": ("str", "row_interleaved"),
@@ -735,6 +736,9 @@ def _check_bank_refresh(timing: Mapping, org: Mapping, pim: Mapping | None, fail
     if every < 1:
         fail("timing", "tREFI", f"tREFI ({t['tREFI']}) is less than the {banks} banks of a "
              f"rank: per-bank refresh has no interval tREFI / banks")
+    if t.get("tRREFD", 0) >= every:
+        fail("timing", "tRREFD", f"tRREFD ({t['tRREFD']}) must be less than tREFI / banks = "
+             f"{every}, the interval between two per-bank refreshes of a rank")
     if pim is not None:
         busy, span = org["ranks"] * t["tRFCb"], every
         who = (f"the PIM's all-bank commands wait for every bank's refresh: ranks x tRFCb = "

@@ -101,6 +101,7 @@ def make_config(part: Part, opts: Options):
     cfg.closed_page = 1 if c["row_policy"] == "closed" else 0
     cfg.refresh = {"none": 0, "rank": 1, "bank": 2}[c["refresh"]]
     cfg.tRFCb = int(t.get("tRFCb", 0))
+    cfg.tRREFD = int(t.get("tRREFD", 0))
     cfg.issue_width = int(opts.issue_width)
     if part.pim is not None:
         cfg.pim_enabled = 1
