@@ -29,7 +29,7 @@ static inline void mc_choose(const mc_sim *sim, channel *c, int bi)
     bk->col_slot[DIR_RD] = bk->col_slot[DIR_WR] = bk->col_prev[DIR_RD] = bk->col_prev[DIR_WR] = -1;
     bk->other_cmd = -1;
     bk->other_slot = head;
-    if (head < 0) return;
+    if (head < 0 || ((c->refb_mask >> bi) & 1)) return; /* (its per-bank refresh first) */
     if (open < 0) {
         bk->other_cmd = MC_CMD_ACT;
         c->act_mask |= bit;
@@ -90,7 +90,7 @@ static inline tick mc_rank_act(const mc_sim *sim, const channel *c, const rank_s
 static inline tick mc_bank_wake(const mc_sim *sim, const channel *c, int b)
 {
     const rank_state *rk = &c->ranks[sim->bank_rank[b]];
-    if (rk->refresh_pending || ((c->refb_mask >> b) & 1)) return NEVER;
+    if (rk->refresh_pending) return NEVER;
     const bank *bk = &c->banks[b];
     tick w = NEVER;
     if (bk->col_slot[DIR_RD] >= 0) w = MINT(w, MAXT(c->ready_at[CAND_RD][b], mc_rank_rd(c, rk)));
@@ -172,7 +172,7 @@ mc_host_scan_keys(const mc_sim *sim, channel *c, tick t, int want, uint64_t *kc_
     for (int r = 0; r < sim->cfg.ranks; r++) {
         const rank_state *rk = &c->ranks[r];
         if (rk->refresh_pending) continue;
-        uint64_t in_rank = sim->rank_banks[r] & ~c->refb_mask; /* (per-bank refresh) */
+        uint64_t in_rank = sim->rank_banks[r];
         if (want & WANT_ROW) {
             mc_keep_older(&kr, &cr,
                           mc_scan(c, CAND_PRE, c->pre_mask & in_rank, c->next_row, t, &w),
@@ -206,7 +206,7 @@ mc_host_scan_keys(const mc_sim *sim, channel *c, tick t, int want, uint64_t *kc_
             idle &= idle - 1;
             const bank *bk = &c->banks[b];
             if (bk->col_slot[0] >= 0 || bk->col_slot[1] >= 0 || bk->other_cmd >= 0 ||
-                c->ranks[sim->bank_rank[b]].refresh_pending || ((c->refb_mask >> b) & 1))
+                c->ranks[sim->bank_rank[b]].refresh_pending)
                 continue;
             tick ready = MAXT(bk->next_pre, c->next_row);
             if (ready > t) w = MINT(w, ready);

@@ -133,7 +133,6 @@ typedef struct channel {
      * timing.c): ranks with a refresh pending, and the earliest refresh_due of all ranks */
     int refreshing;
     tick refresh_next;
-    uint64_t refb_mask;        /* per-bank refresh: banks whose refresh is pending (refresh.c) */
     int scan_valid;            /* scan_ready holds since the last full scan: nothing issued */
     tick scan_ready;           /* earliest cycle any candidate of that scan can issue */
     uint64_t mode_switches, epochs;
@@ -142,6 +141,7 @@ typedef struct channel {
     uint64_t stuck_rounds;
     tick served_at;
     req_stats rs[MC_NUM_REQ];
+    uint64_t refb_mask;        /* banks whose per-bank refresh is pending (refresh.c): they wait */
 } channel;
 
 /* cursor.layer before the cursor met a LAYER record: the layer of id 0, if the trace has one

@@ -8,9 +8,10 @@
  * the PIM scope, precharges the bank if it has a row open, then refreshes it once it is
  * closed: the REFB blocks only that bank, for tRFCb (its next ACT, and the all-bank commands
  * of a scope that holds it, wait for t + tRFCb), and holds the rank's next ACT and REFB to
- * another bank back tRREFD (JESD235). Meanwhile the scheduler serves the other banks
- * (candidates.h skips the banks of refb_mask); the PIM issues nothing while any refresh is
- * pending (scheduler.c, pim_candidate), so all-bank commands are ordered after it.
+ * another bank back tRREFD (JESD235). Meanwhile the scheduler serves the other banks (a bank
+ * of refb_mask has no host candidate: candidates.h, mc_choose; marking it dirty when its
+ * refresh falls due and when it is done recomputes its choice); the PIM issues nothing while
+ * any refresh is pending (scheduler.c, pim_candidate), so all-bank commands come after it.
  *
  * rank_state.refresh_due is here the cycle the rank's next bank falls due (it advances when
  * the bank is marked, not when it is refreshed), refb_pos that bank's position. */
@@ -61,6 +62,7 @@ static int mark_due(mc_sim *sim, channel *c, tick t, tick *wake)
                 int b = bank_at(k, r, rk->refb_pos);
                 if (!((c->refb_mask >> b) & 1)) { /* (one still pending is not doubled) */
                     c->refb_mask |= 1ull << b;
+                    c->dirty_mask |= 1ull << b; /* its choice: none until refreshed */
                     c->refreshing++;
                 }
                 rk->refb_pos = (rk->refb_pos + 1) % nb;
@@ -110,6 +112,7 @@ int mc_refb_step(mc_sim *sim, channel *c, tick t, tick *wake)
         mc_refb_terms(sim, c, b, t, t + k->tRFCb);
         c->ranks[r].refb_ok = t + k->tRREFD;
         c->refb_mask &= ~(1ull << b);
+        c->dirty_mask |= 1ull << b;
         c->refreshing--;
         c->ranks[r].refbs++;
         mc_log_cmd(sim, c, b, MC_CMD_REFB, MC_BY_CTRL, -1, -1, t);
