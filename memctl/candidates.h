@@ -29,7 +29,7 @@ static inline void mc_choose(const mc_sim *sim, channel *c, int bi)
     bk->col_slot[DIR_RD] = bk->col_slot[DIR_WR] = bk->col_prev[DIR_RD] = bk->col_prev[DIR_WR] = -1;
     bk->other_cmd = -1;
     bk->other_slot = head;
-    if (head < 0) return;
+    if (head < 0 || ((c->refb_mask >> bi) & 1)) return; /* (its per-bank refresh first) */
     if (open < 0) {
         bk->other_cmd = MC_CMD_ACT;
         c->act_mask |= bit;

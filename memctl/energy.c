@@ -4,7 +4,8 @@
  * Per command, on every device of the rank, V x mA x cycles x tCK (ns) = pJ:
  *   ACT  VDD x (IDD0 x tRC - (IDD3N x tRAS + IDD2N x tRP))
  *   RD   VDD x (IDD4R - IDD3N) x burst        WR  VDD x (IDD4W - IDD3N) x burst
- *   REF  VDD x (IDD5AB - IDD3N) x tRFC        (all-bank; memctl issues no per-bank refresh)
+ *   REF  VDD x (IDD5AB - IDD3N) x tRFC        (all-bank, refresh = "rank")
+ *   REFB VDD x (IDD5B - IDD3N) x tRFCb        (one bank, refresh = "bank"; refresh.c)
  * and per cycle of each rank VDD x IDD3N while some bank of it has a row open (active
  * standby), VDD x IDD2N while none has (precharged standby). memctl models no power-down or
  * self-refresh. DRAMsim3 leaves out tCK (its figures are V x mA x cycles): the same only at
@@ -19,6 +20,7 @@ static void add_rank(const mc_sim *sim, const rank_state *rk, tick end, mc_energ
     e->reads += rk->reads;
     e->writes += rk->writes;
     e->refreshes += rk->refs;
+    e->bank_refreshes += rk->refbs;
     e->pim_acts += rk->pim_acts;
     e->pim_reads += rk->pim_reads;
     e->pim_writes += rk->pim_writes;
@@ -61,6 +63,8 @@ int mc_get_energy(const mc_sim *sim, int channel, int rank, mc_energy *out)
         e.read_pj = rd * (double)e.reads;
         e.write_pj = wr * (double)e.writes;
         e.refresh_pj = s * (k->IDD5AB - k->IDD3N) * k->tRFC * (double)e.refreshes;
+        e.refresh_bank_pj = e.bank_refreshes ? /* (a part without IDD5B issues none) */
+            s * (k->IDD5B - k->IDD3N) * k->tRFCb * (double)e.bank_refreshes : 0.0;
         e.pim_act_pj = act * (double)e.pim_acts;
         e.pim_read_pj = rd * k->pim_column_share * (double)e.pim_reads;
         e.pim_write_pj = wr * k->pim_column_share * (double)e.pim_writes;
@@ -68,7 +72,7 @@ int mc_get_energy(const mc_sim *sim, int channel, int rank, mc_energy *out)
         e.precharged_standby_pj = s * k->IDD2N * (double)e.precharged_cycles;
         e.total_pj = e.act_pj + e.read_pj + e.write_pj + e.refresh_pj + e.pim_act_pj +
                      e.pim_read_pj + e.pim_write_pj + e.active_standby_pj +
-                     e.precharged_standby_pj;
+                     e.precharged_standby_pj + e.refresh_bank_pj;
     }
     *out = e;
     return MC_OK;

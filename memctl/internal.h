@@ -60,6 +60,11 @@ typedef struct rank_state {
     int open_banks;
     tick open_since;           /* when open_banks last went from 0 to 1 */
     uint64_t active_cycles;    /* closed spans of open_banks > 0 */
+    /* per-bank refresh (refresh 2, refresh.c): refresh_due is then when the next bank's
+     * refresh falls due, refb_pos that bank's place in the rank's order, refbs the count */
+    int refb_pos;
+    uint64_t refbs;
+    tick refb_ok;              /* the rank's next REFB no earlier (last REFB + tRREFD) */
 } rank_state;
 
 #define HIST_EXACT 4096
@@ -136,6 +141,7 @@ typedef struct channel {
     uint64_t stuck_rounds;
     tick served_at;
     req_stats rs[MC_NUM_REQ];
+    uint64_t refb_mask;        /* banks whose per-bank refresh is pending (refresh.c): they wait */
 } channel;
 
 /* cursor.layer before the cursor met a LAYER record: the layer of id 0, if the trace has one
@@ -289,6 +295,15 @@ void mc_issue_pre(mc_sim *sim, channel *c, int b, tick t);
 void mc_issue_col(mc_sim *sim, channel *c, int b, int dir, tick t);
 void mc_issue_ref(mc_sim *sim, channel *c, int r, tick t);
 void mc_skip_refreshes(mc_sim *sim, channel *c, int r, uint64_t n);
+/* per-bank refresh (refresh.c; the bank terms in timing.c, the hooks in scheduler.c) */
+void mc_refb_terms(mc_sim *sim, channel *c, int b, tick t, tick done);
+tick mc_refb_interval(const mc_config *k);
+void mc_refb_init(const mc_sim *sim, channel *c);
+int mc_refb_step(mc_sim *sim, channel *c, tick t, tick *wake);
+int mc_refb_skip_ok(const mc_sim *sim, const channel *c, tick t);
+uint64_t mc_refb_skip(mc_sim *sim, channel *c, tick stop);
+int mc_close_pim_row(mc_sim *sim, channel *c, tick t, tick *wake);
+void mc_watchdog(mc_sim *sim, channel *c, tick t);
 tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd);
 void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t);
 

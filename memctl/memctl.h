@@ -46,7 +46,7 @@ enum { MC_F_ROW = 0, MC_F_RANK, MC_F_BANKGROUP, MC_F_BANK, MC_F_CHANNEL, MC_F_PC
 enum {
     MC_CMD_ACT = 0, MC_CMD_PRE, MC_CMD_RD, MC_CMD_WR, MC_CMD_REF,
     MC_CMD_PIM_ENTER, MC_CMD_PIM_EXIT, MC_CMD_PIM_ACT, MC_CMD_PIM_RD, MC_CMD_PIM_WR,
-    MC_CMD_PIM_PRE, MC_CMD_COUNT
+    MC_CMD_PIM_PRE, MC_CMD_REFB, MC_CMD_COUNT /* REFB: one bank's refresh (refresh 2) */
 };
 enum { MC_BY_HOST = 0, MC_BY_PIM = 1, MC_BY_CTRL = 2 };
 
@@ -79,7 +79,7 @@ typedef struct mc_config {
     int row_hit_cap;
     int write_high, write_low;
     int closed_page;          /* 0 open-page, 1 closed-page */
-    int refresh;              /* 0 none, 1 per rank */
+    int refresh;              /* 0 none, 1 per rank (all-bank), 2 per bank (tRFCb; refresh.c) */
     int issue_width;          /* front end: requests offered per cycle */
     /* PIM */
     int pim_enabled;
@@ -102,6 +102,11 @@ typedef struct mc_config {
      * interface: what one bank's PIM_RD / PIM_WR costs (all-bank commands move no data over
      * the I/O) */
     double pim_column_share;
+    /* per-bank refresh (refresh 2, refresh.c): one bank's refresh blocks it tRFCb cycles; the
+     * rank refreshes its next bank every tREFI / banks per rank. IDD5B: its current (mA) */
+    int tRFCb;
+    int tRREFD;               /* after a REFB, the rank's next ACT or REFB (other banks) */
+    double IDD5B;
 } mc_config;
 
 typedef struct mc_cmd {
@@ -144,6 +149,9 @@ typedef struct mc_energy {
     uint64_t active_cycles, precharged_cycles; /* rank-cycles */
     double act_pj, read_pj, write_pj, refresh_pj, pim_act_pj, pim_read_pj, pim_write_pj;
     double active_standby_pj, precharged_standby_pj, total_pj;
+    /* per-bank refreshes (refresh 2): VDD x (IDD5B - IDD3N) x tRFCb each */
+    uint64_t bank_refreshes;
+    double refresh_bank_pj;
 } mc_energy;
 
 typedef struct mc_sim mc_sim;

@@ -532,7 +532,8 @@ static int frfcfs(mc_sim *sim, channel *c, tick t, tick *wake)
  * allowed to use the channel now. Returns 1 if a command issued at t. */
 static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
 {
-    if (sim->cfg.refresh && step_refresh(sim, c, t, wake)) {
+    if (sim->cfg.refresh == 2 ? mc_refb_step(sim, c, t, wake)
+                              : sim->cfg.refresh && step_refresh(sim, c, t, wake)) {
         c->scan_valid = 0;
         return 1;
     }
@@ -596,3 +597,12 @@ void mc_channel_step(mc_sim *sim, channel *c, tick t)
     if (c->txq_count[0] + c->txq_count[1] > 0 && move_transaction(sim, c)) busy = 1;
     c->next_event = busy ? t + 1 : MAXT(wake, t + 1);
 }
+
+/* ---- for per-bank refresh (refresh.c) ------------------------------------------------ */
+
+int mc_close_pim_row(mc_sim *sim, channel *c, tick t, tick *wake)
+{
+    return close_pim_row(sim, c, t, wake);
+}
+
+void mc_watchdog(mc_sim *sim, channel *c, tick t) { watchdog(sim, c, t); }

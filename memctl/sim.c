@@ -65,7 +65,31 @@ static int check_config(mc_sim *sim, const mc_config *k)
          "epoch_cap and min_epoch must be in 0..%lld", (long long)MC_MAX_CYCLE);
     NEED(!k->refresh || (k->tREFI > 0 && k->tRFC > 0 && k->tRFC < k->tREFI),
          "refresh needs 0 < tRFC < tREFI");
-    if (k->refresh) {
+    NEED(k->refresh >= 0 && k->refresh <= 2, "refresh must be 0 (none), 1 (per rank) or 2 "
+         "(per bank), not %d", k->refresh);
+    if (k->refresh == 2) { /* per bank: it blocks one bank (and with PIM units every all-bank
+                            * command of the channel) tRFCb of every tREFI / banks */
+        NEED(k->tRFCb > 0 && k->tRFCb < k->tRFC,
+             "per-bank refresh needs 0 < tRFCb < tRFC (tRFCb %d, tRFC %d)", k->tRFCb, k->tRFC);
+        const int64_t every = mc_refb_interval(k);
+        NEED(every > 0, "per-bank refresh: tREFI (%d) is less than the %d banks of a rank",
+             k->tREFI, k->bankgroups * k->banks_per_group);
+        NEED(k->tRREFD >= 0 && k->tRREFD < every,
+             "per-bank refresh needs 0 <= tRREFD < tREFI / banks (tRREFD %d, tREFI / banks "
+             "%lld)", k->tRREFD, (long long)every);
+        int64_t busy = k->pim_enabled ? (int64_t)k->ranks * k->tRFCb : k->tRFCb;
+        int64_t span = k->pim_enabled ? every : k->tREFI;
+        NEED(2 * busy <= span,
+             "per-bank refresh takes %lld of every %lld cycles (%.1f%%) of %s; at most 50%% is "
+             "allowed", (long long)busy, (long long)span, 100.0 * (double)busy / (double)span,
+             k->pim_enabled ? "the PIM's all-bank commands (tRFCb x ranks per tREFI / banks)"
+                            : "a bank (tRFCb per tREFI)");
+        int64_t need = mc_refresh_service(k);
+        NEED(need <= span - busy,
+             "the %lld cycles between two per-bank refreshes that block a request are fewer "
+             "than one request's longest service (%lld cycles)", (long long)(span - busy),
+             (long long)need);
+    } else if (k->refresh) {
         int64_t blocking = k->pim_enabled ? k->ranks : 1;
         NEED(2 * blocking * k->tRFC <= k->tREFI,
              "refresh takes %lld x tRFC = %lld of every tREFI = %d cycles (%.1f%%); at most 50%% "
@@ -108,6 +132,9 @@ static int check_config(mc_sim *sim, const mc_config *k)
         NEED(k->IDD3N >= k->IDD2N, "energy: IDD3N (%g) is below IDD2N (%g)", k->IDD3N, k->IDD2N);
         NEED(k->IDD4R >= k->IDD3N && k->IDD4W >= k->IDD3N && k->IDD5AB >= k->IDD3N,
              "energy: IDD4R, IDD4W and IDD5AB must be at least IDD3N");
+        NEED(k->refresh != 2 || (k->IDD5B >= k->IDD3N && k->IDD5B < 1e9),
+             "energy: per-bank refresh needs IDD5B at least IDD3N (IDD5B %g, IDD3N %g)",
+             k->IDD5B, k->IDD3N);
         NEED(k->IDD0 * k->tRC >= k->IDD3N * k->tRAS + k->IDD2N * k->tRP,
              "energy: IDD0 x tRC must be at least IDD3N x tRAS + IDD2N x tRP (an ACT's energy "
              "would be negative)");
@@ -234,6 +261,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
             c->ranks[r].refresh_due = (tick)k->tREFI * (r + 1) / k->ranks;
         }
         c->refresh_next = c->ranks[0].refresh_due; /* the earliest (staggered) */
+        if (k->refresh == 2) mc_refb_init(sim, c);
         c->pim_head = c->pim_tail = -1;
         c->pim_row = -1;
         c->owner = MC_HOST;
@@ -344,6 +372,16 @@ static void skip_idle_refreshes(mc_sim *sim, tick t, tick until)
             c->drain_left > 0 || w > k->write_low || w >= k->write_high ||
             MAXT(c->next_row, c->next_col) > c->refresh_next)
             continue;
+        if (k->refresh == 2) { /* per bank (refresh.c) */
+            if (!mc_refb_skip_ok(sim, c, t)) continue;
+            uint64_t n = mc_refb_skip(sim, c, stop);
+            sim->refreshes += n;
+            sim->commands += n;
+            c->scan_valid = 0;
+            c->stuck_rounds = 0;
+            c->next_event = MAXT(t, c->refresh_next);
+            continue;
+        }
         int ok = 1;
         for (int r = 0; ok && r < k->ranks; r++) { /* due dates apart, banks closed by then */
             const rank_state *rk = &c->ranks[r];

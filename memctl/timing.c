@@ -293,3 +293,17 @@ void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t)
         c->scope_closed_at = t + k->tRP;
     }
 }
+
+/* A per-bank refresh of bank b (refresh.c) at t, ending at `done` (t + tRFCb): the bank can
+ * activate, and counts as closed, from then on; the rank's other banks can activate from
+ * t + tRREFD. */
+void mc_refb_terms(mc_sim *sim, channel *c, int b, tick t, tick done)
+{
+    bank *bk = &c->banks[b];
+    rank_state *rk = &c->ranks[sim->bank_rank[b]];
+    rk->next_act = MAXT(rk->next_act, t + sim->cfg.tRREFD);
+    bk->next_act = MAXT(bk->next_act, done);
+    bk->closed_at = MAXT(bk->closed_at, done);
+    bank_moved(sim, c, b);
+    scope_moved(sim, c, b);
+}

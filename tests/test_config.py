@@ -310,7 +310,7 @@ BAD = [
     ("controller", "row_policy", '"opne"', "row_policy: unknown name 'opne'; did you mean "
                                            "'open'"),
     ("controller", "scheduler", '"fcfs"', "scheduler: unknown name 'fcfs'"),
-    ("controller", "refresh", '"bank"', "refresh: unknown name 'bank'"),
+    ("controller", "refresh", '"banks"', "refresh: unknown name 'banks'; did you mean 'bank'"),
 ]
 
 
@@ -443,3 +443,39 @@ def test_shipped_parts_load():
         p = load_part(name)
         t = p.timing
         assert t["tRC"] == t["tRAS"] + t["tRP"] and t["tFAW"] >= 4 * t["tRRD_S"]
+
+
+# per-bank refresh (refresh = "bank"): tRFCb and IDD5B checked, naming the key
+BANK_BAD = [
+    ("timing", "tRFCb", None, '[timing] tRFCb: refresh = "bank" needs tRFCb'),
+    ("timing", "tRFCb", "260", "[timing] tRFCb: tRFCb (260) must be less than tRFC (260)"),
+    ("timing", "tRFCb", "0", "[timing] tRFCb: must be positive"),
+    ("power", "IDD5B", None, '[power] IDD5B: refresh = "bank" needs IDD5B'),
+    ("power", "IDD5B", "54.9", "[power] IDD5B: IDD5B (54.9 mA) is below IDD3N (55 mA)"),
+    ("power", "IDD5B", "-1", "[power] IDD5B"),
+]
+
+
+@pytest.mark.parametrize("table,key,value,expect", BANK_BAD,
+                         ids=[f"{t}.{k}={v}" for t, k, v, _ in BANK_BAD])
+def test_bad_bank_refresh(tmp_path, table, key, value, expect):
+    f = tmp_path / "bad.toml"
+    text = _edit(HBM2_TEXT, "controller", "refresh", '"bank"').rstrip("\n") + (
+        "\n[power]\nVDD = 1.2\nIDD0 = 65\nIDD2N = 40\nIDD3N = 55\nIDD4R = 390\nIDD4W = 500\n"
+        "IDD5AB = 250\nIDD5B = 74.8\n")
+    text = _edit(text, "timing", "tRFCb", "160")
+    f.write_text(_edit(text, table, key, value))
+    with pytest.raises(ConfigError) as exc:
+        load_part(f)
+    assert str(f) in str(exc.value) and expect in str(exc.value), str(exc.value)
+
+
+def test_bank_refresh_keys_reach_the_model():
+    part = load_part("hbm2", {"controller.refresh": "bank"})
+    assert part.timing["tRFCb"] == 160 and part.power["IDD5B"] == 74.8
+    from pimrt.memctl import Options
+    from pimrt.memctl.controller import make_config
+    cfg = make_config(part, Options())
+    assert cfg.refresh == 2 and cfg.tRFCb == 160 and cfg.IDD5B == 74.8
+    # the keys are optional with all-bank refresh (a part may give them and not use them)
+    assert load_part("ddr4_3200").timing.get("tRFCb") is None

@@ -163,3 +163,47 @@ def test_bench_energy_needs_the_driver(tmp_path):
     from pimrt.cli import main
     assert main(["bench", "energy", "--only", "ddr4-act", "--dramsim3",
                  str(tmp_path / "nope")]) == 2
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 3000), st.integers(0, 2**32 - 1),
+       st.sampled_from(["serial", "authority", "bank_partition"]))
+def test_per_bank_refresh_components_add_up(n, seed, policy):
+    """refresh = "bank": the per-bank refreshes have their own component (refresh_bank), the
+    all-bank one is 0, and the components still add up to the total."""
+    part = load_part("hbm2_pim", {"controller.refresh": "bank", "timing.tRFCb": 12})
+    e = _stats(part, _trace(part, n, seed, start=4000), policy)["energy_pj"]
+    assert e["components"]["refresh"] == 0 and e["counts"]["refreshes"] == 0
+    assert e["counts"]["bank_refreshes"] > 0
+    assert all(e["components"][c] >= 0 for c in COMPONENTS)
+    assert e["total"] == pytest.approx(sum(e["components"].values()), rel=1e-12)
+    assert sum(r["total"] for r in e["ranks"]) == pytest.approx(e["total"], rel=1e-12)
+
+
+def test_per_bank_refresh_energy_follows_its_increment():
+    """Each per-bank refresh costs VDD x (IDD5B - IDD3N) x tRFCb x tCK x devices; over a run
+    of 16 tREFI every channel refreshes 16 x 16 banks (one every tREFI / 16 = 243 cycles)."""
+    part = load_part("hbm2", {"controller.refresh": "bank"})
+    rec = np.zeros(2, RECORD_DTYPE)
+    rec["op"] = READ
+    rec["addr"] = [0, 64]
+    rec["cycle"] = [0, 16 * part.timing["tREFI"] - 100]
+    e = _stats(part, rec, "serial")["energy_pj"]
+    p, t = part.power, part.timing
+    per = part.devices_per_rank * p["VDD"] * t["tCK"] * (p["IDD5B"] - p["IDD3N"]) * t["tRFCb"]
+    assert per == pytest.approx(1.2 * 19.8 * 160)
+    assert e["counts"]["bank_refreshes"] == 8 * 16 * 16
+    assert e["components"]["refresh_bank"] == pytest.approx(per * 8 * 16 * 16)
+    # the same rows restored: a round of 16 per-bank refreshes costs one all-bank refresh
+    # (IDD5B is chosen so, hbm2.toml)
+    allbank = part.devices_per_rank * p["VDD"] * t["tCK"] * (p["IDD5AB"] - p["IDD3N"]) * t["tRFC"]
+    assert 16 * per == pytest.approx(allbank, rel=1e-3)
+
+
+def test_memsim_prints_the_per_bank_refresh_energy(tmp_path, capsys):
+    from pimrt.cli import main
+    trace = tmp_path / "t.trace"
+    trace.write_text("0x0 READ 0\n0x40 READ 20000\n")
+    assert main(["memsim", str(trace), "--format", "dramsim3", "--config", "hbm2",
+                 "--set", "controller.refresh=bank"]) == 0
+    assert "refresh bank" in capsys.readouterr().out

@@ -80,7 +80,7 @@ static void check_parts(const mc_energy *e, const char *what)
 {
     const double p[] = {e->act_pj, e->read_pj, e->write_pj, e->refresh_pj, e->pim_act_pj,
                         e->pim_read_pj, e->pim_write_pj, e->active_standby_pj,
-                        e->precharged_standby_pj};
+                        e->precharged_standby_pj, e->refresh_bank_pj};
     double sum = 0;
     int neg = 0;
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
@@ -340,6 +340,53 @@ static void unavailable_and_bad(void)
     if (sim) mc_free(sim);
 }
 
+/* Per-bank refresh (refresh 2) on the HBM2 part without PIM: two reads 16 tREFI apart. Each
+ * channel refreshes one bank every tREFI / 16 = 243 cycles, so 16 x 16 = 256 per-bank
+ * refreshes by cycle 16 x 3900 (the 257th falls due at 62,451, after the run), none all-bank;
+ * each costs VDD x (IDD5B - IDD3N) x tRFCb x tCK by hand: 1.2 x 19.8 x 160 x 1.25 = 4,752 pJ */
+static void per_bank_refresh_by_hand(void)
+{
+    mc_config k = part("serial", 0, 2);
+    k.pim_enabled = 0; k.pim_bank_mask = 0;
+    k.tRFCb = 160; k.tRREFD = 8; k.IDD5B = 74.8;
+    mc_record r[2] = {{0, 0, 0, MC_READ, MC_HOST, 0},
+                      {16 * 3900 - 100, 0x40, 0, MC_READ, MC_HOST, 0}};
+    for (int log = 0; log < 2; log++) { /* simulated refresh by refresh, and the gap skipped */
+        run_out o = run(k, r, 2, log);
+        if (!o.ok) return;
+        CHECK(o.e.cycles > 16 * 3900 - 100 && o.e.cycles < 62451, "per-bank window %llu",
+              (unsigned long long)o.e.cycles);
+        CHECK(o.e.bank_refreshes == 8 * 256 && o.e.refreshes == 0,
+              "per-bank refreshes over 16 tREFI: %llu (want 8 channels x 16 banks x 16), "
+              "all-bank %llu", (unsigned long long)o.e.bank_refreshes,
+              (unsigned long long)o.e.refreshes);
+        for (int c = 0; c < 8; c++)
+            CHECK(o.per[c].bank_refreshes == 256, "channel %d: %llu per-bank refreshes", c,
+                  (unsigned long long)o.per[c].bank_refreshes);
+        CHECK(CLOSE(o.e.refresh_bank_pj, 4752.0 * 8 * 256) && o.e.refresh_pj == 0,
+              "per-bank refresh energy %.3f pJ, by hand %.3f", o.e.refresh_bank_pj,
+              4752.0 * 8 * 256);
+        check_parts(&o.e, "per-bank refresh");
+        if (log) {
+            uint64_t refb = 0;
+            for (uint64_t i = 0; i < o.nlog; i++) refb += o.log[i].command == MC_CMD_REFB;
+            CHECK(refb == o.e.bank_refreshes, "command log: %llu REFB, energy counts %llu",
+                  (unsigned long long)refb, (unsigned long long)o.e.bank_refreshes);
+        }
+        free(o.log);
+    }
+    /* refused: IDD5B below IDD3N, tRFCb not below tRFC */
+    char err[256];
+    k.IDD5B = 50;
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    CHECK(!sim && strstr(err, "IDD5B"), "IDD5B below IDD3N refused: %s", sim ? "" : err);
+    if (sim) mc_free(sim);
+    k.IDD5B = 74.8; k.tRFCb = 260;
+    sim = mc_new(&k, err, sizeof err);
+    CHECK(!sim && strstr(err, "tRFCb"), "tRFCb = tRFC refused: %s", sim ? "" : err);
+    if (sim) mc_free(sim);
+}
+
 int main(void)
 {
     one_read_by_hand();
@@ -347,6 +394,7 @@ int main(void)
     repeated_trace_is_linear();
     idle_gap_adds_background_and_refresh();
     unavailable_and_bad();
+    per_bank_refresh_by_hand();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

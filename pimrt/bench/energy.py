@@ -9,15 +9,17 @@ import tempfile
 
 import numpy as np
 
-HELP = ("DRAM energy of memctl against DRAMsim3, per component (ACT, RD, WR, REF, active and "
-        "precharged standby) and in total: the six cases of dram-reference.md's energy table "
-        "(quoted), and with --dramsim3 live runs of your DRAMsim3 build on generated traffic "
-        "(activation-heavy, refresh-heavy with idle gaps)")
+HELP = ("DRAM energy of memctl against DRAMsim3, per component (ACT, RD, WR, REF, per-bank "
+        "REF, active and precharged standby) and in total: the six cases of dram-reference.md's "
+        "energy table (quoted), and with --dramsim3 live runs of your DRAMsim3 build on "
+        "generated traffic (activation-heavy, refresh-heavy with idle gaps; on HBM2 both also "
+        "with per-bank refresh)")
 
-COMPONENTS = ("act", "read", "write", "refresh", "active_standby", "precharged_standby")
+COMPONENTS = ("act", "read", "write", "refresh", "refresh_bank", "active_standby",
+              "precharged_standby")
 #: DRAMsim3's stats keys of each component (summed over channels; the standby ones per rank)
 DRAMSIM3_KEYS = {"act": "act_energy", "read": "read_energy", "write": "write_energy",
-                 "refresh": "ref_energy", "active_standby": "act_stb_energy",
+                 "refresh": "ref_energy", "refresh_bank": "refb_energy", "active_standby": "act_stb_energy",
                  "precharged_standby": "pre_stb_energy"}
 #: pimrt part -> DRAMsim3 ini of the same device
 INIS = {"hbm2": "HBM2_8Gb_x128.ini", "ddr4": "DDR4_8Gb_x8_3200.ini"}
@@ -27,7 +29,7 @@ TOLERANCE = 0.05
 def add_arguments(p) -> None:
     p.add_argument("--only", default=None,
                    help="comma-separated cases (hbm2-stream, ..., ddr4-mix, hbm2-act, "
-                        "hbm2-refresh, ddr4-act, ddr4-refresh)")
+                        "hbm2-refresh, hbm2-bankref, hbm2-bankidle, ddr4-act, ddr4-refresh)")
     p.add_argument("--dramsim3", type=pathlib.Path, default=None, metavar="DRIVE",
                    help="the front-end driver built from scripts/dramsim3_drive.cc against "
                         "your DRAMsim3 build: runs the generated cases live")
@@ -78,6 +80,32 @@ def _generated(part, kind: str, n: int, seed: int = 7) -> np.ndarray:
     return addr, np.zeros(len(addr), dtype=bool), cycle
 
 
+def _bank_refresh_ini(ini: pathlib.Path, part, out: pathlib.Path) -> pathlib.Path:
+    """DRAMsim3's ini with per-bank refresh as the part has it: BANK_LEVEL_STAGGERED, one bank
+    every tREFI / banks (tREFIb), tRFCb and the per-bank current (IDD5PB = the part's IDD5B).
+    DRAMsim3 holds the other banks' REFb back tREFI after a REFb and their ACTs tRFC (its
+    timing.cc; JESD235's rule for both is tRREFD): its tREFI and tRFC, which nothing else uses
+    under BANK_LEVEL_STAGGERED, are set to tRREFD so that it follows the standard's rule."""
+    t, org = part.timing, part.org
+    every = t["tREFI"] // (org["bankgroups"] * org["banks_per_group"])
+    rrefd = max(1, t.get("tRREFD", 0))
+    lines = []
+    for line in ini.read_text().splitlines():
+        key = line.split("=")[0].strip()
+        if key in ("tREFIb", "tRFCb", "IDD5PB", "refresh_policy", "tREFI", "tRFC"):
+            continue
+        lines.append(line)
+        if line.strip() == "[timing]":
+            lines += [f"tREFIb = {every}", f"tRFCb = {t['tRFCb']}", f"tREFI = {rrefd}",
+                      f"tRFC = {rrefd}"]
+        elif line.strip() == "[power]":
+            lines.append(f"IDD5PB = {part.power['IDD5B']}")
+        elif line.strip() == "[system]":
+            lines.append("refresh_policy = BANK_LEVEL_STAGGERED")
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
 def _dramsim3(drive: pathlib.Path, ini: pathlib.Path, trace: pathlib.Path, width: int,
               out: pathlib.Path, tck: float) -> tuple[dict, int]:
     """DRAMsim3's energy per component (pJ, true energy: its figures x tCK) and its cycles."""
@@ -90,8 +118,10 @@ def _dramsim3(drive: pathlib.Path, ini: pathlib.Path, trace: pathlib.Path, width
     stats = json.loads((out / "dramsim3.json").read_text())
     comp = dict.fromkeys(COMPONENTS, 0.0)
     cycles = 0
+    comp["refb_cmds"] = 0
     for ch in stats.values():
         cycles = max(cycles, int(ch["num_cycles"]))
+        comp["refb_cmds"] += int(ch.get("num_refb_cmds", 0))
         for name, key in DRAMSIM3_KEYS.items():
             v = ch[key]
             comp[name] += (sum(v.values()) if isinstance(v, dict) else v) * tck
@@ -119,14 +149,17 @@ def _live_rows(args, only, tmp: pathlib.Path):
         raise ConfigError(f"--dramsim3-configs: no {INIS['hbm2']} found; give DRAMsim3's "
                           f"configs/ directory")
     rows = []
-    for part_name, width in (("hbm2", 4), ("ddr4", 1)):
-        part = load_part(part_name)
-        for kind in ("act", "refresh"):
+    for part_name, width, kinds in (("hbm2", 4, ("act", "refresh", "bankref", "bankidle")),
+                                    ("ddr4", 1, ("act", "refresh"))):
+        for kind in kinds:
+            per_bank = kind in ("bankref", "bankidle")  # refresh = "bank"
+            part = load_part(part_name, {"controller.refresh": "bank"} if per_bank else None)
             name = f"{part_name}-{kind}"
             if only and name not in only:
                 continue
-            n = args.requests if kind == "act" else max(32, args.requests // 100)
-            addr, write, cycle = _generated(part, kind, n)
+            pattern = {"bankref": "act", "bankidle": "refresh"}.get(kind, kind)
+            n = args.requests if pattern == "act" else max(32, args.requests // 100)
+            addr, write, cycle = _generated(part, pattern, n)
             rec = np.zeros(len(addr), dtype=RECORD_DTYPE)
             rec["addr"], rec["cycle"], rec["requestor"] = addr, cycle, HOST
             rec["op"] = np.where(write, WRITE, READ)
@@ -134,9 +167,21 @@ def _live_rows(args, only, tmp: pathlib.Path):
             write_trace(trace, [rec], "dramsim3")
             s = run_trace(open_trace(trace, "dramsim3"), part,
                           Options(policy="serial", issue_width=width))
-            ref, ref_cycles = _dramsim3(drive, configs / INIS[part_name], trace, width,
-                                        tmp / name, part.timing["tCK"])
-            rows.append(_row(name, f"live: {drive}", s, ref, ref_cycles))
+            ini = configs / INIS[part_name]
+            if per_bank:
+                ini = _bank_refresh_ini(ini, part, tmp / f"{name}.ini")
+            ref, ref_cycles = _dramsim3(drive, ini, trace, width, tmp / name,
+                                        part.timing["tCK"])
+            refb_cmds = ref.pop("refb_cmds")
+            row = _row(name, f"live: {drive}", s, ref, ref_cycles)
+            if per_bank:  # the REFb counts, and the energy per REFB
+                mine_n = s["energy_pj"]["counts"]["bank_refreshes"]
+                row["refb_commands"] = {"memctl": mine_n, "dramsim3": refb_cmds}
+                row["per_refb_deviation"] = (
+                    (row["memctl_uj"]["refresh_bank"] / mine_n) /
+                    (row["dramsim3_uj"]["refresh_bank"] / refb_cmds) - 1
+                    if mine_n and refb_cmds else None)
+            rows.append(row)
     return rows
 
 
@@ -144,6 +189,7 @@ def _row(name: str, source: str, stats: dict, ref_pj: dict, ref_cycles) -> dict:
     e = stats["energy_pj"]
     mine = {k: e["components"][k] for k in COMPONENTS}
     mine["total"] = e["total"]
+    ref_pj = {k: ref_pj.get(k, 0.0) for k in mine}  # (quoted rows predate refresh_bank)
     dev = {k: (mine[k] / ref_pj[k] - 1) if ref_pj[k] else (0.0 if not mine[k] else None)
            for k in mine}
     # the components that grow with the run's length, per cycle of each run (their power):
@@ -174,6 +220,11 @@ def _print(rows) -> None:
         print(f"{r['case']:<14}" + "".join(f"{c:>22}" for c in cells) + f"  {r['cycles']:,}{ref}")
         print(f"{'  DRAMsim3':<14}" + "".join(f"{r['dramsim3_uj'][c]:>20,.2f}  " for c in cols)
               + f"  {r['source']}")
+        if "refb_commands" in r:
+            n = r["refb_commands"]
+            d = r["per_refb_deviation"]
+            print(f"{'  per REFB':<14}memctl {n['memctl']:,} REFB, DRAMsim3 {n['dramsim3']:,}; "
+                  f"energy per REFB {'n/a' if d is None else f'{100 * d:+.2f}%'}")
         pc = r["per_cycle_deviation"]
         if pc and r["cycles"] != r["reference_cycles"]:
             print(f"{'  per cycle':<14}" + "".join(
@@ -189,10 +240,17 @@ def run(args) -> int:
         with tempfile.TemporaryDirectory(prefix="pimrt-energy-") as tmp:
             rows += _live_rows(args, only, pathlib.Path(tmp))
     _print(rows)
-    bad = [r["case"] for r in rows if not r["within_5pct"]]
-    print(f"{len(rows) - len(bad)} of {len(rows)} cases within 5% on every component"
+    bad = [r["case"] for r in rows if not r["within_5pct"] and "refb_commands" not in r]
+    refb = [r for r in rows if not r["within_5pct"] and "refb_commands" in r]
+    print(f"{len(rows) - len(bad) - len(refb)} of {len(rows)} cases within 5% on every "
+          f"component"
           + (f"; not: {', '.join(bad)} (their cycles differ: refresh and standby grow with the "
-             f"run's length; per cycle they agree, the 'per cycle' line)" if bad else ""))
+             f"run's length; per cycle they agree, the 'per cycle' line)" if bad else "")
+          + "".join(f"; not: {r['case']} (DRAMsim3 issues {r['refb_commands']['dramsim3']:,} "
+                    f"per-bank refreshes where memctl issues {r['refb_commands']['memctl']:,}, "
+                    f"one per bank every tREFI: its BANK_LEVEL_STAGGERED holds each bank's REFb "
+                    f"back tREFI after any other bank's; per REFB the energy agrees, the "
+                    f"'per REFB' line)" for r in refb))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

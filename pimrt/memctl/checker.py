@@ -14,6 +14,11 @@ banks and mode; a rank is (channel, pseudo_channel, rank). Constraint names in V
   tRC tRRD_L tRRD_S tFAW tRCDRD tRCDWR tRAS tRTP tWR tRP tCCD_L tCCD_S tRTRS read_to_write
   tWTR_L tWTR_S tRFC        the timing table (tRTRS: RD->RD / WR->WR / WR->RD across ranks;
                             read_to_write: RD -> WR, RL + BURST - WL + tRTRS, any rank)
+  tRFCb                     ACT / PIM_ACT / REFB to a bank within tRFCb of its per-bank
+                            refresh (REFB, refresh = "bank"); a REFB also waits tRP after the
+                            bank's PRE and tRFC after its rank's REF, with the bank closed
+                            (bank_open), to one bank of a part that gives tRFCb (bad_command)
+  tRREFD                    ACT or REFB within tRREFD of a REFB to another bank of the rank
   command_bus               two commands on one channel in one cycle
   log_order                 a command with a cycle earlier than the one before it in the log
   bank_closed               RD / WR / PIM_RD / PIM_WR to a closed bank
@@ -43,8 +48,9 @@ import numpy as np
 from pimrt.errors import TraceError
 
 COMMANDS = ("ACT", "PRE", "RD", "WR", "REF", "PIM_ENTER", "PIM_EXIT", "PIM_ACT", "PIM_RD",
-            "PIM_WR", "PIM_PRE")
+            "PIM_WR", "PIM_PRE", "REFB")
 (ACT, PRE, RD, WR, REF, PIM_ENTER, PIM_EXIT, PIM_ACT, PIM_RD, PIM_WR, PIM_PRE) = range(11)
+REFB = 11  # one bank's refresh (refresh = "bank")
 COMMAND_CODES = {name: i for i, name in enumerate(COMMANDS)}
 REQUESTORS = ("host", "pim", "ctrl")
 HOST_REQ, PIM_REQ, CTRL_REQ = range(3)
@@ -332,6 +338,8 @@ class _Checker:
             "read_to_write": RL + BURST - WL + tm["tRTRS"],
             "tWTR_L": WL + BURST + tm["tWTR_L"], "tWTR_S": WL + BURST + tm["tWTR_S"],
             "tRTRS_wr": max(0, WL + BURST + tm["tRTRS"] - RL), "tRFC": tm["tRFC"],
+            "tRFCb": tm.get("tRFCb"),       # None: the part has no per-bank refresh
+            "tRREFD": tm.get("tRREFD", 0),
         }
         self.has_pim = part.pim is not None
         self.mode_switch = part.pim["mode_switch_cycles"] if self.has_pim else 0
@@ -366,8 +374,13 @@ class _Checker:
         tRP, ccd_l, ccd_s, rtrs_rr = T["tRP"], T["tCCD_L"], T["tCCD_S"], T["tRTRS_rr"]
         rd_wr, wtr_l, wtr_s, rtrs_wr, tRFC = (T["read_to_write"], T["tWTR_L"], T["tWTR_S"],
                                               T["tRTRS_wr"], T["tRFC"])
+        tRFCb, tRREFD = T["tRFCb"], T["tRREFD"]
         NEVER = _NEVER
         # per bank
+        b_refb = [NEVER] * NB     # per-bank refresh (REFB)
+        b_refb_i = [-1] * NB
+        r_refb = [NEVER] * NR     # the rank's last REFB (tRREFD)
+        r_refb_i = [-1] * NR
         b_open = [False] * NB
         b_row = [-1] * NB
         b_act = [NEVER] * NB      # ACT or PIM_ACT
@@ -452,7 +465,7 @@ class _Checker:
             prev_t, prev_idx = t, i
 
             # ---- fields and targets ------------------------------------------------------
-            if cmd > PIM_PRE:
+            if cmd > REFB:
                 v("bad_command", None, None, -1, f"unknown command code {cmd}")
                 self._flush(i, log, found)
                 continue
@@ -475,7 +488,12 @@ class _Checker:
                     v("bad_command", None, None, -1, f"row {row} out of range 0..{rows_n - 1}")
                     self._flush(i, log, found)
                     continue
-            if cmd >= PIM_ENTER and not has_pim:
+            if cmd == REFB and (tRFCb is None or not single_bank or rank < 0):
+                v("bad_command", None, None, -1, "REFB needs a rank, bankgroup and bank, on a "
+                  "part that gives tRFCb (per-bank refresh)")
+                self._flush(i, log, found)
+                continue
+            if PIM_ENTER <= cmd <= PIM_PRE and not has_pim:
                 v("bad_command", None, None, -1, f"{COMMANDS[cmd]} on a part without [pim]")
                 self._flush(i, log, found)
                 continue
@@ -533,6 +551,12 @@ class _Checker:
                                 d = t - r_ref[r]
                                 if d < tRFC:
                                     v("tRFC", tRFC, d, r_ref_i[r])
+                                d = t - b_refb[b]
+                                if tRFCb is not None and d < tRFCb:
+                                    v("tRFCb", tRFCb, d, b_refb_i[b])
+                                d = t - r_refb[r]
+                                if d < tRREFD:
+                                    v("tRREFD", tRREFD, d, r_refb_i[r])
                                 # tRRD_L: other banks of the bank group
                                 g0 = g * B
                                 best = NEVER
@@ -715,6 +739,29 @@ class _Checker:
                     c_sw_at[c] = t
                     c_sw_i[c] = i
 
+            elif cmd == REFB:
+                for c in chans:
+                    r = c * R + rank
+                    b = r * nbr + bg * B + ba
+                    if b_open[b]:
+                        v("bank_open", None, None, b_act_i[b], "REFB to an open bank")
+                    d = t - b_pre[b]
+                    if d < tRP:
+                        v("tRP", tRP, d, b_pre_i[b], "REFB too soon after a PRE")
+                    d = t - b_refb[b]
+                    if d < tRFCb:
+                        v("tRFCb", tRFCb, d, b_refb_i[b], "REFB during the bank's refresh")
+                    d = t - r_ref[r]
+                    if d < tRFC:
+                        v("tRFC", tRFC, d, r_ref_i[r])
+                    d = t - r_refb[r]
+                    if d < tRREFD:
+                        v("tRREFD", tRREFD, d, r_refb_i[r], "REFB too soon after another")
+                    b_refb[b] = t
+                    b_refb_i[b] = i
+                    r_refb[r] = t
+                    r_refb_i[r] = i
+
             else:   # PIM_ACT, PIM_RD, PIM_WR, PIM_PRE
                 if not partition:
                     for c in chans:
@@ -754,6 +801,9 @@ class _Checker:
                             d = t - r_ref[r]
                             if d < tRFC:
                                 v("tRFC", tRFC, d, r_ref_i[r])
+                            d = t - b_refb[b]
+                            if tRFCb is not None and d < tRFCb:
+                                v("tRFCb", tRFCb, d, b_refb_i[b])
                             if not b_open[b]:
                                 r_open[r] += 1
                             b_open[b] = True

@@ -89,6 +89,8 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "tRTRS": ("cycles", _REQUIRED),
         "tREFI": ("pcycles", _REQUIRED),
         "tRFC": ("pcycles", _REQUIRED),
+        "tRFCb": ("pcycles", None),         # per-bank refresh (refresh = "bank"): < tRFC
+        "tRREFD": ("cycles", None),         # per-bank refresh: REFB -> ACT / REFB other bank
     },
     "controller": {
         "address_mapping": ("str", "row_interleaved"),
@@ -121,6 +123,7 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "IDD4R": ("float+", _REQUIRED),    # burst read
         "IDD4W": ("float+", _REQUIRED),    # burst write
         "IDD5AB": ("float+", _REQUIRED),   # all-bank refresh
+        "IDD5B": ("float+", None),         # per-bank refresh (needed with refresh = "bank")
     },
     # PIM energy (docs/energy.md): the bank's share of a column access (the rest is the I/O an
     # all-bank command does not use), each fp32 lane operation, the units' register files and
@@ -154,7 +157,7 @@ MAX_REFRESH_SHARE = 0.5
 
 ROW_POLICIES = ("open", "closed")
 SCHEDULERS = ("frfcfs",)
-REFRESH_POLICIES = ("rank", "none")
+REFRESH_POLICIES = ("rank", "bank", "none")
 
 #: address-mapping field codes -> decode_address() key and organisation count
 FIELD_NAMES = {
@@ -600,7 +603,10 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
         if col > INT_MAX:
             fail("timing", "tCCD_L", f"the PIM's column cycles, banks per unit x tCCD_L = "
                  f"{col}, are more than the model holds ({INT_MAX})")
-    if ctrl.get("refresh", "rank") != "none":
+    refresh = ctrl.get("refresh", "rank")
+    if refresh == "bank":
+        _check_bank_refresh(timing, org, pim, fail)
+    elif refresh != "none":
         _check_refresh(timing, org, pim, fail)
     order = list(SCHEMA["timing"])
     timing = {k: timing[k] for k in order if k in timing}
@@ -673,7 +679,9 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
     power = values.get("power")
     if power is not None:
         _check_power(power, timing, fail)
-        power = {k: power[k] for k in SCHEMA["power"]}
+        if ctrl["refresh"] == "bank":
+            _check_bank_refresh_power(power, fail)
+        power = {k: power[k] for k in SCHEMA["power"] if k in power}
     pim_energy = values.get("pim_energy")
     if pim_energy is not None:
         if pim is None:
@@ -710,6 +718,67 @@ def _check_power(p: Mapping, timing: Mapping, fail) -> None:
         fail("power", "IDD0", f"IDD0 x tRC = {p['IDD0']} x {t['tRC']} is below IDD3N x tRAS + "
              f"IDD2N x tRP = {p['IDD3N']} x {t['tRAS']} + {p['IDD2N']} x {t['tRP']}: an ACT's "
              f"energy would be negative")
+
+
+def _check_bank_refresh(timing: Mapping, org: Mapping, pim: Mapping | None, fail) -> None:
+    """refresh = "bank" (memctl/refresh.c): each rank refreshes one bank every tREFI / banks
+    for tRFCb, which must be given and below tRFC; it blocks that bank, and with PIM units
+    every all-bank command, so the same rules as _check_refresh hold for what it blocks."""
+    t = timing
+    if "tRFCb" not in t:
+        fail("timing", "tRFCb", 'refresh = "bank" needs tRFCb, the cycles one bank\'s refresh '
+             'blocks it (the part gives none: use refresh = "rank")')
+    if t["tRFCb"] >= t["tRFC"]:
+        fail("timing", "tRFCb", f"tRFCb ({t['tRFCb']}) must be less than tRFC ({t['tRFC']}): "
+             f"one bank's refresh cannot take longer than all banks'")
+    banks = org["bankgroups"] * org["banks_per_group"]
+    every = t["tREFI"] // banks
+    if every < 1:
+        fail("timing", "tREFI", f"tREFI ({t['tREFI']}) is less than the {banks} banks of a "
+             f"rank: per-bank refresh has no interval tREFI / banks")
+    if t.get("tRREFD", 0) >= every:
+        fail("timing", "tRREFD", f"tRREFD ({t['tRREFD']}) must be less than tREFI / banks = "
+             f"{every}, the interval between two per-bank refreshes of a rank")
+    if pim is not None:
+        busy, span = org["ranks"] * t["tRFCb"], every
+        who = (f"the PIM's all-bank commands wait for every bank's refresh: ranks x tRFCb = "
+               f"{org['ranks']} x {t['tRFCb']} = {busy} of every tREFI / banks = {every}")
+    else:
+        busy, span = t["tRFCb"], t["tREFI"]
+        who = f"each bank refreshes for tRFCb = {busy} of every tREFI = {span}"
+    if busy > MAX_REFRESH_SHARE * span:
+        fail("timing", "tRFCb", f"per-bank refresh leaves too little time for requests: {who} "
+             f"cycles, {100 * busy / span:.1f}% of the time; refresh may take at most "
+             f"{100 * MAX_REFRESH_SHARE:.0f}%")
+    need = _service_cycles(t, org, pim)
+    if need > span - busy:
+        fail("timing", "tRFCb", f"per-bank refresh leaves too little time for requests: the "
+             f"{span - busy} cycles between two refreshes that block a request are fewer "
+             f"than one request's longest service ({need} cycles)")
+
+
+def _check_bank_refresh_power(p: Mapping, fail) -> None:
+    """With refresh = "bank" the energy needs IDD5B (one bank's refresh current) >= IDD3N."""
+    if "IDD5B" not in p:
+        fail("power", "IDD5B", 'refresh = "bank" needs IDD5B, the per-bank refresh current '
+             '(mA), for its energy')
+    if p["IDD5B"] < p["IDD3N"]:
+        fail("power", "IDD5B", f"IDD5B ({p['IDD5B']} mA) is below IDD3N ({p['IDD3N']} mA): a "
+             f"per-bank refresh's energy over the background would be negative")
+
+
+def _service_cycles(t: Mapping, org: Mapping, pim: Mapping | None) -> int:
+    """One request's longest service from a freshly refreshed bank (memctl/sim.c,
+    mc_refresh_service)."""
+    terms = [t["tRP"], max(t["tRCDRD"], t["tRCDWR"]), t["tRC"], max(t["CL"], t["CWL"] + t["tWR"]),
+             org["burst_length"] // 2, t["tFAW"]]
+    terms += [t[k] for k in ("tCCD_L", "tCCD_S", "tWTR_L", "tWTR_S", "tRTP", "tRRD_L", "tRRD_S",
+                             "tRTRS")]
+    if pim is not None:
+        units = pim["units_per_bankgroup"]
+        terms += [2 * pim["mode_switch_cycles"],
+                  (org["banks_per_group"] // units if units else 1) * t["tCCD_L"]]
+    return sum(terms)
 
 
 def _check_refresh(timing: Mapping, org: Mapping, pim: Mapping | None, fail) -> None:

@@ -17,7 +17,7 @@ from pimrt.trace.records import RECORD_DTYPE
 
 POLICIES = ("serial", "bank_partition", "authority")
 COMMANDS = ("ACT", "PRE", "RD", "WR", "REF", "PIM_ENTER", "PIM_EXIT", "PIM_ACT", "PIM_RD",
-            "PIM_WR", "PIM_PRE")
+            "PIM_WR", "PIM_PRE", "REFB")
 BY = ("host", "pim", "ctrl")
 CMD_DTYPE = np.dtype([
     ("cycle", "<u8"), ("row", "<i4"), ("column", "<i4"), ("channel", "u1"),
@@ -99,7 +99,9 @@ def make_config(part: Part, opts: Options):
     cfg.write_high = int(c["write_high_watermark"])
     cfg.write_low = int(c["write_low_watermark"])
     cfg.closed_page = 1 if c["row_policy"] == "closed" else 0
-    cfg.refresh = 0 if c["refresh"] == "none" else 1
+    cfg.refresh = {"none": 0, "rank": 1, "bank": 2}[c["refresh"]]
+    cfg.tRFCb = int(t.get("tRFCb", 0))
+    cfg.tRREFD = int(t.get("tRREFD", 0))
     cfg.issue_width = int(opts.issue_width)
     if part.pim is not None:
         cfg.pim_enabled = 1
@@ -123,6 +125,7 @@ def make_config(part: Part, opts: Options):
         cfg.tCK_ns = float(t["tCK"])
         for key in ("VDD", "IDD0", "IDD2N", "IDD3N", "IDD4R", "IDD4W", "IDD5AB"):
             setattr(cfg, key, float(part.power[key]))
+        cfg.IDD5B = float(part.power.get("IDD5B", 0.0))
         cfg.devices_per_rank = float(part.devices_per_rank)
         if part.pim_energy is not None:
             cfg.pim_column_share = float(part.pim_energy["column_share"])

@@ -11,11 +11,13 @@ from __future__ import annotations
 from pimrt.memctl._native import ffi, lib
 
 #: energy components (pJ), in the order the stats list them; the pim_* ones are the DRAM side
-#: of the PIM's all-bank commands (banks opened, columns read / written into the units)
-COMPONENTS = ("act", "read", "write", "refresh", "pim_act", "pim_read", "pim_write",
-              "active_standby", "precharged_standby")
-COUNTS = ("acts", "reads", "writes", "refreshes", "pim_acts", "pim_reads", "pim_writes",
-          "active_cycles", "precharged_cycles")
+#: of the PIM's all-bank commands (banks opened, columns read / written into the units);
+#: refresh is the all-bank refreshes' (refresh = "rank"), refresh_bank the per-bank ones'
+#: (refresh = "bank")
+COMPONENTS = ("act", "read", "write", "refresh", "refresh_bank", "pim_act", "pim_read",
+              "pim_write", "active_standby", "precharged_standby")
+COUNTS = ("acts", "reads", "writes", "refreshes", "bank_refreshes", "pim_acts", "pim_reads",
+          "pim_writes", "active_cycles", "precharged_cycles")
 
 
 def _one(sim, channel: int, rank: int) -> dict:
