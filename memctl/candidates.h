@@ -224,4 +224,75 @@ mc_host_scan_keys(const mc_sim *sim, channel *c, tick t, int want, uint64_t *kc_
     *wake = w;
 }
 
+/* ---- round-robin arbitration (MC_ARB_ROUND_ROBIN) ----------------------------------- */
+
+/* The banks of m whose candidate of class cls can issue at t, with the rank and bus term
+ * `level`; the others' ready cycles go into *wake (as mc_scan) */
+static inline __attribute__((always_inline)) uint64_t
+mc_scan_ready(const channel *c, int cls, uint64_t m, tick level, tick t, tick *wake)
+{
+    if (!m) return 0;
+    const tick *ready_at = c->ready_at[cls];
+    if (level > t) {
+        if (*wake <= level) return 0;
+        tick lo = NEVER;
+        while (m) {
+            unsigned b = (unsigned)__builtin_ctzll(m);
+            m &= m - 1;
+            if (ready_at[b] <= level) {
+                lo = level;
+                break;
+            }
+            lo = MINT(lo, ready_at[b]);
+        }
+        if (lo < NEVER) *wake = MINT(*wake, MAXT(lo, level));
+        return 0;
+    }
+    uint64_t ready = 0;
+    tick w = *wake;
+    while (m) {
+        unsigned b = (unsigned)__builtin_ctzll(m);
+        m &= m - 1;
+        tick r = ready_at[b];
+        if (r > t) w = MINT(w, r);
+        else ready |= 1ull << b;
+    }
+    *wake = w;
+    return ready;
+}
+
+/* The banks whose candidate can issue at t, per class (*ready[CAND_RD .. CAND_PRE]); the ready
+ * cycles of the others go into *wake. (No closed-page idle rows: mc_host_scan_keys finds those.) */
+static inline __attribute__((always_inline)) void
+mc_host_scan_ready(const mc_sim *sim, const channel *c, tick t, uint64_t ready[CAND_CLASSES],
+                   tick *wake)
+{
+    tick w = *wake;
+    ready[0] = ready[1] = ready[2] = ready[3] = 0;
+    for (int r = 0; r < sim->cfg.ranks; r++) {
+        const rank_state *rk = &c->ranks[r];
+        if (rk->refresh_pending) continue;
+        uint64_t in_rank = sim->rank_banks[r];
+        ready[CAND_PRE] |= mc_scan_ready(c, CAND_PRE, c->pre_mask & in_rank, c->next_row, t, &w);
+        uint64_t acts = c->act_mask & in_rank;
+        if (acts) {
+            tick level = mc_rank_act(sim, c, rk);
+            if (level > t) w = MINT(w, level);
+            else ready[CAND_ACT] |= mc_scan_ready(c, CAND_ACT, acts, level, t, &w);
+        }
+        ready[CAND_RD] |= mc_scan_ready(c, CAND_RD, c->col_mask[DIR_RD] & in_rank,
+                                        mc_rank_rd(c, rk), t, &w);
+        ready[CAND_WR] |= mc_scan_ready(c, CAND_WR, c->col_mask[DIR_WR] & in_rank,
+                                        mc_rank_wr(c, rk), t, &w);
+    }
+    *wake = w;
+}
+
+/* the first bank of m (not 0) in turn from bank `from` (0..64) on, wrapping round */
+static inline int mc_first_in_turn(uint64_t m, int from)
+{
+    uint64_t after = from < 64 ? m & (~0ull << from) : 0;
+    return __builtin_ctzll(after ? after : m);
+}
+
 #endif

@@ -124,6 +124,7 @@ typedef struct channel {
     /* scheduling */
     tick next_row, next_col;   /* command bus free for row (ACT/PRE/REF) / column commands */
     tick next_event;
+    int rr_next;               /* round-robin arbitration: the bank whose turn comes first */
     /* refresh at a glance (the ranks' refresh_pending / refresh_due, kept by scheduler.c and
      * timing.c): ranks with a refresh pending, and the earliest refresh_due of all ranks */
     int refreshing;
