@@ -19,7 +19,11 @@ static inline void mc_choose(const mc_sim *sim, channel *c, int bi)
     const uint64_t bit = 1ull << bi;
     const int32_t open = bk->open_row;
     int32_t a = bk->head[DIR_RD], w = bk->head[DIR_WR];
-    int32_t head = a < 0 ? w : (w < 0 ? a : (c->slots[a].seq < c->slots[w].seq ? a : w));
+    /* the bank's oldest request: by age (column_first), by entry into its command queue
+     * (round_robin, as DRAMsim3's per-bank command queue) */
+    const int by_entry = sim->cfg.arbitration == MC_ARB_ROUND_ROBIN;
+    int32_t head = a < 0 ? w : (w < 0 ? a : ((by_entry ? c->slots[a].qseq < c->slots[w].qseq
+                                                      : c->slots[a].seq < c->slots[w].seq) ? a : w));
     if (w >= 0 && bk->count[DIR_RD] + bk->count[DIR_WR] >= sim->cfg.bank_queue_depth)
         head = w; /* full: its writes go first, they hold the slots the reads behind need */
     c->col_mask[DIR_RD] &= ~bit;

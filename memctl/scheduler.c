@@ -321,6 +321,7 @@ move_dir(const mc_sim *sim, channel *c, int dir)
     if (c->txq_tail[dir][b] == h) c->txq_tail[dir][b] = prev;
     c->txq_count[dir]--;
     q->next = -1;
+    q->qseq = c->qseq_next++;
     /* The bank's choice (candidates.c, choose) stays as it was when q joins the end of a list
      * that is not empty (the oldest request stays) and is either no row hit and no read that a
      * queued write could wait for (write-after-read), or a row hit behind the direction's chosen
@@ -535,7 +536,9 @@ static void bank_cand(const channel *c, int b, const uint64_t ready[CAND_CLASSES
     const uint64_t bit = 1ull << b;
     int cls;
     if (ready[CAND_RD] & bit)
-        cls = (ready[CAND_WR] & bit) && c->ready_key[CAND_WR][b] < c->ready_key[CAND_RD][b]
+        cls = (ready[CAND_WR] & bit) &&
+                      c->slots[c->banks[b].col_slot[DIR_WR]].qseq <
+                          c->slots[c->banks[b].col_slot[DIR_RD]].qseq
                   ? CAND_WR
                   : CAND_RD;
     else if (ready[CAND_WR] & bit)
