@@ -310,6 +310,8 @@ BAD = [
     ("controller", "row_policy", '"opne"', "row_policy: unknown name 'opne'; did you mean "
                                            "'open'"),
     ("controller", "scheduler", '"fcfs"', "scheduler: unknown name 'fcfs'"),
+    ("controller", "arbitration", '"round_robn"', "arbitration: unknown name 'round_robn'; did "
+                                                  "you mean 'round_robin'"),
     ("controller", "refresh", '"bank"', "refresh: unknown name 'bank'"),
 ]
 

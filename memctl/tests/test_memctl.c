@@ -565,6 +565,7 @@ static void refused_configs(void)
     CASE("offset_bits", (k->offset_bits = 70));
     CASE("epoch_cap", (k->epoch_cap = -1));
     CASE("CL + burst + tRTRS", (k->CWL = 2147483647, k->refresh = 0));
+    CASE("arbitration must be", (k->arbitration = 7));
 #undef CASE
     for (int i = 0; i < n; i++) {
         err[0] = 0;
