@@ -19,7 +19,11 @@ static inline void mc_choose(const mc_sim *sim, channel *c, int bi)
     const uint64_t bit = 1ull << bi;
     const int32_t open = bk->open_row;
     int32_t a = bk->head[DIR_RD], w = bk->head[DIR_WR];
-    int32_t head = a < 0 ? w : (w < 0 ? a : (c->slots[a].seq < c->slots[w].seq ? a : w));
+    /* the bank's oldest request: by age (column_first), by entry into its command queue
+     * (round_robin, as DRAMsim3's per-bank command queue) */
+    const int by_entry = sim->cfg.arbitration == MC_ARB_ROUND_ROBIN;
+    int32_t head = a < 0 ? w : (w < 0 ? a : ((by_entry ? c->slots[a].qseq < c->slots[w].qseq
+                                                      : c->slots[a].seq < c->slots[w].seq) ? a : w));
     if (w >= 0 && bk->count[DIR_RD] + bk->count[DIR_WR] >= sim->cfg.bank_queue_depth)
         head = w; /* full: its writes go first, they hold the slots the reads behind need */
     c->col_mask[DIR_RD] &= ~bit;
@@ -222,6 +226,77 @@ mc_host_scan_keys(const mc_sim *sim, channel *c, tick t, int want, uint64_t *kc_
     *cr_out = cr;
     *idle_out = idle_bank;
     *wake = w;
+}
+
+/* ---- round-robin arbitration (MC_ARB_ROUND_ROBIN) ----------------------------------- */
+
+/* The banks of m whose candidate of class cls can issue at t, with the rank and bus term
+ * `level`; the others' ready cycles go into *wake (as mc_scan) */
+static inline __attribute__((always_inline)) uint64_t
+mc_scan_ready(const channel *c, int cls, uint64_t m, tick level, tick t, tick *wake)
+{
+    if (!m) return 0;
+    const tick *ready_at = c->ready_at[cls];
+    if (level > t) {
+        if (*wake <= level) return 0;
+        tick lo = NEVER;
+        while (m) {
+            unsigned b = (unsigned)__builtin_ctzll(m);
+            m &= m - 1;
+            if (ready_at[b] <= level) {
+                lo = level;
+                break;
+            }
+            lo = MINT(lo, ready_at[b]);
+        }
+        if (lo < NEVER) *wake = MINT(*wake, MAXT(lo, level));
+        return 0;
+    }
+    uint64_t ready = 0;
+    tick w = *wake;
+    while (m) {
+        unsigned b = (unsigned)__builtin_ctzll(m);
+        m &= m - 1;
+        tick r = ready_at[b];
+        if (r > t) w = MINT(w, r);
+        else ready |= 1ull << b;
+    }
+    *wake = w;
+    return ready;
+}
+
+/* The banks whose candidate can issue at t, per class (*ready[CAND_RD .. CAND_PRE]); the ready
+ * cycles of the others go into *wake. (No closed-page idle rows: mc_host_scan_keys finds those.) */
+static inline __attribute__((always_inline)) void
+mc_host_scan_ready(const mc_sim *sim, const channel *c, tick t, uint64_t ready[CAND_CLASSES],
+                   tick *wake)
+{
+    tick w = *wake;
+    ready[0] = ready[1] = ready[2] = ready[3] = 0;
+    for (int r = 0; r < sim->cfg.ranks; r++) {
+        const rank_state *rk = &c->ranks[r];
+        if (rk->refresh_pending) continue;
+        uint64_t in_rank = sim->rank_banks[r];
+        ready[CAND_PRE] |= mc_scan_ready(c, CAND_PRE, c->pre_mask & in_rank, c->next_row, t, &w);
+        uint64_t acts = c->act_mask & in_rank;
+        if (acts) {
+            tick level = mc_rank_act(sim, c, rk);
+            if (level > t) w = MINT(w, level);
+            else ready[CAND_ACT] |= mc_scan_ready(c, CAND_ACT, acts, level, t, &w);
+        }
+        ready[CAND_RD] |= mc_scan_ready(c, CAND_RD, c->col_mask[DIR_RD] & in_rank,
+                                        mc_rank_rd(c, rk), t, &w);
+        ready[CAND_WR] |= mc_scan_ready(c, CAND_WR, c->col_mask[DIR_WR] & in_rank,
+                                        mc_rank_wr(c, rk), t, &w);
+    }
+    *wake = w;
+}
+
+/* the first bank of m (not 0) in turn from bank `from` (0..64) on, wrapping round */
+static inline int mc_first_in_turn(uint64_t m, int from)
+{
+    uint64_t after = from < 64 ? m & (~0ull << from) : 0;
+    return __builtin_ctzll(after ? after : m);
 }
 
 #endif

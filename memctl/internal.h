@@ -25,6 +25,7 @@ typedef struct req {
     tick arrival;
     uint64_t index;   /* position among all requests of the run */
     uint64_t seq;     /* age order inside the controller */
+    uint64_t qseq;    /* order of entry into its bank's command queue (host) */
     uint64_t addr;
     uint32_t layer;
     int32_t row, col;
@@ -129,6 +130,8 @@ typedef struct channel {
     /* scheduling */
     tick next_row, next_col;   /* command bus free for row (ACT/PRE/REF) / column commands */
     tick next_event;
+    int rr_next;               /* round-robin arbitration: the bank whose turn comes first */
+    uint64_t qseq_next;        /* the next request's entry order into a command queue */
     /* refresh at a glance (the ranks' refresh_pending / refresh_due, kept by scheduler.c and
      * timing.c): ranks with a refresh pending, and the earliest refresh_due of all ranks */
     int refreshing;

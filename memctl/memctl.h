@@ -22,6 +22,8 @@
 #define MC_NUM_REQ 2       /* requestors: 0 host, 1 pim */
 #define MC_DEFAULT_WINDOW 1048576 /* records one cursor may read ahead of the other (mc_set_window) */
 #define MC_MAX_QUEUE 65536 /* queue_depth, host_queue_depth, bank_queue_depth */
+#define MC_ARB_ROUND_ROBIN 0 /* mc_config.arbitration */
+#define MC_ARB_COLUMN_FIRST 1
 /* the latest arrival cycle (and epoch cap) the simulator represents: 2^60, far enough below
  * its internal "never" (2^61) that no timing sum after it reaches that */
 #define MC_MAX_CYCLE 1152921504606846976LL
@@ -77,6 +79,10 @@ typedef struct mc_config {
     int bank_queue_depth;     /* command queue per bank (host); 0: as deep as needed */
     int dual_command_bus;     /* a row and a column command may issue in the same cycle (HBM) */
     int row_hit_cap;
+    int arbitration;          /* among the banks' commands: MC_ARB_ROUND_ROBIN (0, DRAMsim3's:
+                               * banks in turn from the one after the last that issued, each
+                               * offering its first ready command, row or column alike) or
+                               * MC_ARB_COLUMN_FIRST (1: a ready row hit first, else the oldest) */
     int write_high, write_low;
     int closed_page;          /* 0 open-page, 1 closed-page */
     int refresh;              /* 0 none, 1 per rank (all-bank), 2 per bank (tRFCb; refresh.c) */

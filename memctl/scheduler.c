@@ -321,6 +321,7 @@ move_dir(const mc_sim *sim, channel *c, int dir)
     if (c->txq_tail[dir][b] == h) c->txq_tail[dir][b] = prev;
     c->txq_count[dir]--;
     q->next = -1;
+    q->qseq = c->qseq_next++;
     /* The bank's choice (candidates.c, choose) stays as it was when q joins the end of a list
      * that is not empty (the oldest request stays) and is either no row hit and no read that a
      * queued write could wait for (write-after-read), or a row hit behind the direction's chosen
@@ -528,6 +529,101 @@ static int frfcfs(mc_sim *sim, channel *c, tick t, tick *wake)
     return 1;
 }
 
+/* the host candidate of bank b, found ready by the round-robin scan (ready: its masks): the
+ * older of its ready row hits, else its ACT or PRE */
+static void bank_cand(const channel *c, int b, const uint64_t ready[CAND_CLASSES], cand *best)
+{
+    const uint64_t bit = 1ull << b;
+    int cls;
+    if (ready[CAND_RD] & bit)
+        cls = (ready[CAND_WR] & bit) &&
+                      c->slots[c->banks[b].col_slot[DIR_WR]].qseq <
+                          c->slots[c->banks[b].col_slot[DIR_RD]].qseq
+                  ? CAND_WR
+                  : CAND_RD;
+    else if (ready[CAND_WR] & bit)
+        cls = CAND_WR;
+    else
+        cls = ready[CAND_ACT] & bit ? CAND_ACT : CAND_PRE;
+    host_cand(c, c->ready_key[cls][b], cls, -1, best);
+}
+
+/* Round-robin arbitration (DRAMsim3's): the banks take turns, from c->rr_next (the one after
+ * the bank that last issued) on; the first whose command can issue gives it, a row command
+ * (ACT, PRE) as readily as a column one. With a dual command bus the turn goes on from that
+ * bank, and the first bank with a command that could issue but for the bus gives the second
+ * command if it is of the other kind, none if not (its turn is taken all the same). */
+static int round_robin(mc_sim *sim, channel *c, tick t, tick *wake)
+{
+    const int part = sim->partition_banks;
+    const int host = part || (c->owner == MC_HOST && c->mode == 0);
+    const int pim = c->pim_count > 0 && (part || (c->owner == MC_PIM && c->mode == 1));
+    const int host_work = (c->pending_mask[0] | c->pending_mask[1]) || sim->cfg.closed_page;
+    uint64_t ready[CAND_CLASSES] = {0, 0, 0, 0};
+    cand best = {-1, -1, -1, -1, 0, 0};
+    tick w = NEVER;
+    if (host && host_work) {
+        mc_update_choices(sim, c);
+        mc_host_scan_ready(sim, c, t, ready, &w);
+        uint64_t any = ready[CAND_RD] | ready[CAND_WR] | ready[CAND_ACT] | ready[CAND_PRE];
+        if (any) {
+            bank_cand(c, mc_first_in_turn(any, c->rr_next), ready, &best);
+        } else if (sim->cfg.closed_page) { /* close a row nothing queued wants */
+            uint64_t kc, kr;
+            int cc, cr, idle = -1;
+            mc_host_scan_keys(sim, c, t, WANT_ROW, &kc, &cc, &kr, &cr, &idle, &w);
+            if (idle >= 0) host_cand(c, kr, CAND_IDLE, idle, &best);
+        }
+    }
+    if (pim) pim_candidate(sim, c, t, &best, &w);
+    wake_at(wake, w);
+    if (best.cmd < 0) {
+        c->scan_valid = 1;
+        c->scan_ready = w;
+        return 0;
+    }
+    issue(sim, c, &best, t);
+    if (best.bank >= 0) c->rr_next = best.bank + 1;
+    if (!sim->cfg.dual_command_bus) return 1;
+    cand second = {-1, -1, -1, -1, 0, 0};
+    const int host_more = host && ((c->pending_mask[0] | c->pending_mask[1]) || sim->cfg.closed_page);
+    if (host_more) {
+        mc_update_choices(sim, c); /* (only the bank that issued changed) */
+        uint64_t rows, cols;
+        if (best.bank >= 0) { /* of the first scan's ready banks, those that still could */
+            const uint64_t bit = 1ull << best.bank;
+            rows = (ready[CAND_ACT] | ready[CAND_PRE]) & ~bit;
+            cols = 0; /* after a column command the others wait for the burst */
+            if (!best.col) {
+                cols = (ready[CAND_RD] | ready[CAND_WR]) & ~bit;
+                if (best.cmd == MC_CMD_ACT) /* tRRD holds the rank's other activates */
+                    rows &= ~(ready[CAND_ACT] & sim->rank_banks[sim->bank_rank[best.bank]]);
+            }
+        } else { /* after a PIM command: look again, for the other kind */
+            tick w2 = NEVER;
+            mc_host_scan_ready(sim, c, t, ready, &w2);
+            rows = best.col ? ready[CAND_ACT] | ready[CAND_PRE] : 0;
+            cols = best.col ? 0 : ready[CAND_RD] | ready[CAND_WR];
+        }
+        if (rows | cols) {
+            int b = mc_first_in_turn(rows | cols, best.bank >= 0 ? best.bank + 1 : c->rr_next);
+            c->rr_next = b + 1;
+            if (best.col ? (rows >> b & 1) : (cols >> b & 1)) bank_cand(c, b, ready, &second);
+        } else if (best.bank >= 0 && best.col) { /* the bank that read or wrote may close now */
+            mc_pick row = {UINT64_MAX, -1, -1}, none = {UINT64_MAX, -1, -1};
+            row_after_column(sim, c, best.bank, t, &row);
+            host_best(c, &none, &row, &second);
+        }
+    }
+    tick w2 = NEVER;
+    if (pim) pim_candidate(sim, c, t, &second, &w2);
+    if (second.cmd >= 0) {
+        issue(sim, c, &second, t);
+        if (second.bank >= 0) c->rr_next = second.bank + 1;
+    }
+    return 1;
+}
+
 /* Refresh first, then a pending hand-over of authority, then FR-FCFS over the requestors
  * allowed to use the channel now. Returns 1 if a command issued at t. */
 static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
@@ -561,7 +657,8 @@ static int schedule(mc_sim *sim, channel *c, tick t, tick *wake)
         wake_at(wake, c->scan_ready);
         return 0;
     }
-    return frfcfs(sim, c, t, wake);
+    if (sim->cfg.arbitration == MC_ARB_COLUMN_FIRST) return frfcfs(sim, c, t, wake);
+    return round_robin(sim, c, t, wake);
 }
 
 /* Nothing can issue at t and nothing the last scan saw has changed: no refresh due, no

@@ -52,6 +52,9 @@ static int check_config(mc_sim *sim, const mc_config *k)
     NEED(k->bank_queue_depth >= 0 && k->bank_queue_depth <= MC_MAX_QUEUE,
          "bank_queue_depth must be in 0..%d", MC_MAX_QUEUE);
     NEED(k->row_hit_cap >= 0, "row_hit_cap must be >= 0");
+    NEED(k->arbitration == MC_ARB_ROUND_ROBIN || k->arbitration == MC_ARB_COLUMN_FIRST,
+         "arbitration must be %d (round_robin) or %d (column_first)", MC_ARB_ROUND_ROBIN,
+         MC_ARB_COLUMN_FIRST);
     NEED(k->write_low >= 0 && k->write_low < k->write_high && k->write_high <= k->queue_depth,
          "need 0 <= write_low_watermark < write_high_watermark <= queue_depth");
     NEED(k->host_queue_depth == 0 || k->write_low < k->host_queue_depth,

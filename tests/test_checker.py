@@ -462,3 +462,67 @@ def test_bank_partition_flat_indices_span_ranks():
     assert names(check_command_log(bad, part, "bank_partition", [(0, 0, 0)])) == set()
     with pytest.raises(ValueError, match="not within 0..31"):
         check_command_log(bad, part, "bank_partition", [32])
+
+
+# ---- the arbitration rule (issue 24): round-robin among the banks, as DRAMsim3 -----------------
+# DDR4 banks within the channel: rank * 16 + bankgroup * 4 + bank. Bank 0 is (r0, bg0, ba0),
+# bank 1 (r0, bg0, ba1), bank 16 (r1, bg0, ba0).
+
+def test_arbitration_round_robin_catches_the_old_rule():
+    # bank 0 and bank 16 open; after the ACT of bank 16 the turn starts at bank 17, so bank 0
+    # (ready to read from cycle 22) comes before bank 16: the read of bank 16 at 30 skipped
+    # it, as the column-first rule (any ready row hit) may and round-robin may not
+    log = [c(0, "ACT", 0, 0, row=1), c(1, "ACT", 0, 0, row=1, rank=1),
+           c(30, "RD", 0, 0, row=1, rank=1), c(40, "RD", 0, 0, row=1)]
+    assert check_command_log(log, DDR4) == []
+    v = check_command_log(log, DDR4, arbitration="round_robin")
+    assert [(x.index, x.constraint) for x in v] == [(2, "arbitration")]
+    assert "bank 0's RD (command 3) could issue at cycle 30" in v[0].message
+    assert check_command_log(log, DDR4, arbitration="column_first") == []
+    # bank 0 served first in its turn: legal under both
+    ok = [c(0, "ACT", 0, 0, row=1), c(1, "ACT", 0, 0, row=1, rank=1),
+          c(22, "RD", 0, 0, row=1), c(27, "RD", 0, 0, row=1, rank=1)]
+    assert check_command_log(ok, DDR4, arbitration="round_robin") == []
+
+
+def test_arbitration_column_first_catches_the_new_rule():
+    # bank 0's read is ready from cycle 22; at 23 bank 1 (first in turn after bank 0) takes an
+    # ACT: round-robin's choice, never column-first's
+    log = [c(0, "ACT", 0, 0, row=1), c(23, "ACT", 0, 1, row=2), c(27, "RD", 0, 0, row=1)]
+    assert check_command_log(log, DDR4, arbitration="round_robin") == []
+    v = check_command_log(log, DDR4, arbitration="column_first")
+    assert [(x.index, x.constraint) for x in v] == [(1, "arbitration")]
+
+
+def test_arbitration_waiting_activate():
+    # a host PRE then the ACT of the same bank: a request waited for that ACT from tRP on
+    # (cycle 74 for bank 0); after bank 0's PRE the turn starts at bank 1, so bank 1's ACT at
+    # 80 skipped nothing; bank 16's RD at 82, its turn starting at bank 17, skipped bank 0
+    pre = [c(0, "ACT", 0, 0, row=1), c(22, "RD", 0, 0, row=1), c(52, "PRE", 0, 0)]
+    ok = pre + [c(80, "ACT", 0, 1, row=3), c(90, "ACT", 0, 0, row=2)]
+    assert check_command_log(ok, DDR4, arbitration="round_robin") == []
+    bad = pre + [c(60, "ACT", 0, 0, row=1, rank=1), c(82, "RD", 0, 0, row=1, rank=1),
+                 c(90, "ACT", 0, 0, row=2)]
+    v = check_command_log(bad, DDR4, arbitration="round_robin")
+    assert [(x.index, x.constraint) for x in v] == [(4, "arbitration")]
+    assert "bank 0's ACT" in v[0].message
+
+
+@pytest.mark.parametrize("trace", ["random", "mix"])
+def test_arbitration_of_memctl_logs(tmp_path, trace):
+    """memctl's logs keep their own rule, and (random reads) break the other one."""
+    from pimrt.memctl.controller import Options, run_trace
+    from pimrt.memctl.checker import read_command_log
+    from pimrt.trace import synthetic
+    counts = {}
+    for rule in ("round_robin", "column_first"):
+        part = load_part("ddr4", {"controller.arbitration": rule})
+        gen = synthetic.random(3000) if trace == "random" else synthetic.mix(3000)
+        path = tmp_path / f"{rule}.csv"
+        run_trace(gen, part, Options(issue_width=1), cmdlog=path)
+        log = read_command_log(path)
+        assert check_command_log(log, part, arbitration=rule) == []
+        other = "column_first" if rule == "round_robin" else "round_robin"
+        counts[rule] = len(check_command_log(log, part, arbitration=other))
+    if trace == "random":
+        assert counts["round_robin"] > 0 and counts["column_first"] > 0

@@ -311,6 +311,8 @@ BAD = [
                                            "'open'"),
     ("controller", "scheduler", '"fcfs"', "scheduler: unknown name 'fcfs'"),
     ("controller", "refresh", '"banks"', "refresh: unknown name 'banks'; did you mean 'bank'"),
+    ("controller", "arbitration", '"round_robn"', "arbitration: unknown name 'round_robn'; did "
+                                                  "you mean 'round_robin'"),
 ]
 
 

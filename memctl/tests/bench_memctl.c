@@ -38,6 +38,8 @@ static int part_config(const char *name, mc_config *k)
     k->queue_depth = 32; k->bank_queue_depth = 8; k->row_hit_cap = 16;
     k->write_high = 32; k->write_low = 8; k->refresh = 1;
     snprintf(k->policy, sizeof k->policy, "serial");
+    const char *arb = getenv("BENCH_ARBITRATION"); /* column_first: the old rule, to compare */
+    if (arb && strcmp(arb, "column_first") == 0) k->arbitration = MC_ARB_COLUMN_FIRST;
     if (strcmp(name, "hbm2") == 0) { /* HBM2_8Gb_x128, ro_ra_bg_ba_ch_co */
         k->channels = 8; k->pseudo_channels = 1; k->ranks = 1; k->bankgroups = 4;
         k->banks_per_group = 4; k->rows = 32768; k->columns = 64;

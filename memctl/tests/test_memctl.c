@@ -247,6 +247,56 @@ static void drained_writes_do_not_clog_a_bank(void)
     mc_free(sim);
 }
 
+/* Arbitration among the banks: 8 row hits to bank 0 (bank group 0), then 8 to bank 4 (bank
+ * group 1), all at cycle 0. Column-first serves the oldest ready hit, so bank 0's eight reads
+ * go first; round-robin (DRAMsim3's) gives the turn to the bank after the one that last issued,
+ * so once bank 4 can read the two banks alternate. */
+static void round_robin_takes_turns(void)
+{
+    for (int arb = 0; arb < 2; arb++) {
+        char err[256];
+        mc_config k = hbm2("serial");
+        k.refresh = 0;
+        k.arbitration = arb ? MC_ARB_COLUMN_FIRST : MC_ARB_ROUND_ROBIN;
+        mc_sim *sim = mc_new(&k, err, sizeof err);
+        CHECK(sim != NULL, "turns: mc_new failed: %s", err);
+        if (!sim) return;
+        mc_cmdlog_enable(sim, 1000);
+        enum { N = 16 };
+        mc_record r[N];
+        memset(r, 0, sizeof r);
+        for (int i = 0; i < N; i++) { /* addr = row << 18 | bankgroup << 16 | column << 6 */
+            r[i].op = MC_READ;
+            r[i].addr = (uint64_t)3 << 18 | (uint64_t)(i / 8) << 16 | (uint64_t)(i % 8) << 6;
+        }
+        uint64_t consumed, done = 0;
+        int rc = MC_PAUSED;
+        while (rc == MC_PAUSED) {
+            rc = mc_feed(sim, r + done, N - done, 1, &consumed);
+            done += consumed;
+        }
+        do rc = mc_finish(sim); while (rc == MC_PAUSED);
+        CHECK(rc == MC_OK && done == N, "turns: rc %d: %s", rc, mc_error(sim));
+        mc_cmd cmds[1000];
+        uint64_t m = mc_cmdlog_take(sim, cmds, 1000);
+        int order[N], n = 0;
+        for (uint64_t i = 0; i < m && n < N; i++)
+            if (cmds[i].command == MC_CMD_RD) order[n++] = cmds[i].bankgroup;
+        CHECK(n == N, "turns: %d reads logged", n);
+        int first4 = 0, alternating = 1;
+        while (first4 < n && order[first4] == 0) first4++;
+        if (arb) {
+            CHECK(first4 == 8, "turns: column-first read %d of bank 0 before bank 4's", first4);
+        } else {
+            CHECK(first4 > 0 && first4 < 8, "turns: round-robin read %d of bank 0 first", first4);
+            for (int i = first4; i + 1 < n && i < 2 * (8 - first4) + first4 - 1; i++)
+                alternating &= order[i] != order[i + 1];
+            CHECK(alternating, "turns: round-robin did not alternate the two banks");
+        }
+        mc_free(sim);
+    }
+}
+
 /* A long trace in many chunks with the PIM silent (authority: two cursors): the silent cursor
  * reads ahead to the end of what it is given, and what the controller holds must stay within
  * the window (back-pressure), the ring wrapping many times; sparse event ids (10^8) cost one
@@ -515,6 +565,7 @@ static void refused_configs(void)
     CASE("offset_bits", (k->offset_bits = 70));
     CASE("epoch_cap", (k->epoch_cap = -1));
     CASE("CL + burst + tRTRS", (k->CWL = 2147483647, k->refresh = 0));
+    CASE("arbitration must be", (k->arbitration = 7));
 #undef CASE
     for (int i = 0; i < n; i++) {
         err[0] = 0;
@@ -737,6 +788,7 @@ int main(void)
     bad_records();
     lone_write_drains_at_the_end();
     drained_writes_do_not_clog_a_bank();
+    round_robin_takes_turns();
     short_epoch_cap_progresses();
     watermark_beyond_int_is_refused();
     watchdog_reports_livelock();

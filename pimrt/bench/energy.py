@@ -129,16 +129,11 @@ def _dramsim3(drive: pathlib.Path, ini: pathlib.Path, trace: pathlib.Path, width
     return comp, cycles
 
 
-def _live_rows(args, only, tmp: pathlib.Path):
+def find_dramsim3(drive: pathlib.Path, configs: pathlib.Path | None):
+    """(driver, DRAMsim3's configs/ directory), checked: --dramsim3 and --dramsim3-configs."""
     from pimrt.errors import ConfigError
-    from pimrt.memctl import Options, load_part, run_trace
-    from pimrt.trace import open_trace, write_trace
-    from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
-
-    drive = args.dramsim3
     if not drive.is_file():
         raise ConfigError(f"--dramsim3 {drive}: no such file (build scripts/dramsim3_drive.cc)")
-    configs = args.dramsim3_configs
     if configs is None:
         for c in (drive.parent / "configs", drive.parent.parent / "configs",
                   drive.parent.parent.parent / "configs"):
@@ -148,6 +143,20 @@ def _live_rows(args, only, tmp: pathlib.Path):
     if configs is None or not (configs / INIS["hbm2"]).is_file():
         raise ConfigError(f"--dramsim3-configs: no {INIS['hbm2']} found; give DRAMsim3's "
                           f"configs/ directory")
+    return drive, configs
+
+
+def dramsim3_run(drive, ini, trace, width, out, tck):
+    """DRAMsim3's energy per component (pJ) and its cycles, from the driver on one trace."""
+    return _dramsim3(drive, ini, trace, width, out, tck)
+
+
+def _live_rows(args, only, tmp: pathlib.Path):
+    from pimrt.memctl import Options, load_part, run_trace
+    from pimrt.trace import open_trace, write_trace
+    from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+
+    drive, configs = find_dramsim3(args.dramsim3, args.dramsim3_configs)
     rows = []
     for part_name, width, kinds in (("hbm2", 4, ("act", "refresh", "bankref", "bankidle")),
                                     ("ddr4", 1, ("act", "refresh"))):

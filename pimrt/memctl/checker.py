@@ -33,6 +33,8 @@ banks and mode; a rank is (channel, pseudo_channel, rank). Constraint names in V
                             banks of the PIM scope one unit serves x tCCD_L
                             (part.pim_scope_column_cycles)
   bank_partition            a host command on a PIM bank, or a PIM command on a host bank
+  arbitration               (with arbitration=) a bank proven to wait was passed over
+                            (pimrt.memctl.arbitration)
   bad_command               unknown command, a field out of the part's range, a PIM command
                             on a part without [pim]
 """
@@ -278,7 +280,8 @@ def _pim_bank_set(part, pim_banks) -> set[int] | None:
 
 def check_command_log(log, part, policy: str | None = None,
                       pim_banks: Iterable | None = None, limit: int | None = None,
-                      dual_command_bus: bool | None = None) -> list[Violation]:
+                      dual_command_bus: bool | None = None,
+                      arbitration: str | None = None) -> list[Violation]:
     """Every violation in a command log (see the module doc for the constraint names).
 
     log: see as_command_log. part: a pimrt.memctl.config.Part. policy: serial, authority
@@ -288,7 +291,9 @@ def check_command_log(log, part, policy: str | None = None,
     indices rank * banks_per_rank + bankgroup * banks_per_group + bank, or (bankgroup, bank)
     pairs meaning every rank). limit: stop after this many violations. dual_command_bus: allow
     one row command (ACT, PRE, REF, PIM_*) and one column command (RD, WR, PIM_RD, PIM_WR) in
-    the same cycle on a channel; None = the part's controller.dual_command_bus."""
+    the same cycle on a channel; None = the part's controller.dual_command_bus.
+    arbitration: round_robin or column_first also checks that rule where the log proves a
+    request waited (pimrt.memctl.arbitration; one command bus only); None: not checked."""
     log = as_command_log(log)
     if policy is not None and policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
@@ -298,14 +303,26 @@ def check_command_log(log, part, policy: str | None = None,
         raise ValueError("policy bank_partition needs pim_banks")
     if dual_command_bus is None:
         dual_command_bus = bool(part.controller.get("dual_command_bus", False))
-    return _Checker(part, partition, pim_set, limit, dual_command_bus).run(log)
+    found = _Checker(part, partition, pim_set, limit, dual_command_bus).run(log)
+    if arbitration is not None and not dual_command_bus:
+        from pimrt.memctl.arbitration import arbitration_findings  # noqa: PLC0415
+        for i, text, _ in arbitration_findings(log, part, arbitration):
+            name = COMMANDS[int(log["command"][i])]
+            t = int(log["cycle"][i])
+            found.append(Violation(i, t, name, "arbitration", None, None,
+                                   f"command {i} ({name} at cycle {t}): arbitration: {text}"))
+        found.sort(key=lambda v: v.index)
+        if limit is not None:
+            found = found[:limit]
+    return found
 
 
 def check_command_log_file(path, part, policy: str | None = None,
                            pim_banks: Iterable | None = None, limit: int | None = None,
-                           dual_command_bus: bool | None = None) -> list[Violation]:
+                           dual_command_bus: bool | None = None,
+                      arbitration: str | None = None) -> list[Violation]:
     return check_command_log(read_command_log(path), part, policy, pim_banks, limit,
-                             dual_command_bus)
+                             dual_command_bus, arbitration)
 
 
 class _Stop(Exception):

@@ -96,6 +96,7 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "address_mapping": ("str", "row_interleaved"),
         "row_policy": ("str", "open"),
         "scheduler": ("str", "frfcfs"),
+        "arbitration": ("str", "round_robin"),        # among the banks' commands (ARBITRATIONS)
         "refresh": ("str", "rank"),
         "queue_depth": ("count", 32),
         "host_queue_depth": ("count", _DERIVED),      # the host's; default: queue_depth
@@ -157,6 +158,10 @@ MAX_REFRESH_SHARE = 0.5
 
 ROW_POLICIES = ("open", "closed")
 SCHEDULERS = ("frfcfs",)
+#: how the channel picks among the banks' commands: round_robin (DRAMsim3's: banks in turn
+#: from the one after the last that issued, row and column commands alike) or column_first
+#: (a ready row hit first, else the oldest command)
+ARBITRATIONS = ("round_robin", "column_first")
 REFRESH_POLICIES = ("rank", "bank", "none")
 
 #: address-mapping field codes -> decode_address() key and organisation count
@@ -613,7 +618,7 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
 
     # controller ----------------------------------------------------------------------------
     for key, allowed in (("row_policy", ROW_POLICIES), ("scheduler", SCHEDULERS),
-                         ("refresh", REFRESH_POLICIES)):
+                         ("arbitration", ARBITRATIONS), ("refresh", REFRESH_POLICIES)):
         if ctrl[key] not in allowed:
             raise ConfigError(_unknown(f"{where('controller', key)}: [controller] {key}",
                                        "name", ctrl[key], allowed)

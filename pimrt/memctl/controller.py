@@ -96,6 +96,8 @@ def make_config(part: Part, opts: Options):
     cfg.bank_queue_depth = int(c.get("bank_queue_depth", 8))
     cfg.dual_command_bus = int(bool(c.get("dual_command_bus", part.standard.upper().startswith("HBM"))))
     cfg.row_hit_cap = int(c["row_hit_cap"])
+    cfg.arbitration = (lib.MC_ARB_COLUMN_FIRST if c.get("arbitration") == "column_first"
+                       else lib.MC_ARB_ROUND_ROBIN)
     cfg.write_high = int(c["write_high_watermark"])
     cfg.write_low = int(c["write_low_watermark"])
     cfg.closed_page = 1 if c["row_policy"] == "closed" else 0
