@@ -224,4 +224,20 @@ int mc_text_parse(int format, const char *text, uint64_t len, uint64_t capacity,
                   uint64_t last_cycle, mc_record *out, uint64_t max, uint64_t *count,
                   uint64_t *used, uint64_t *lines, uint64_t *last_line);
 
+/* pimrt memsim's path for those formats (tracetext.c): reads the file at `path` a block at a
+ * time with mc_text_parse and feeds its records to sim (mc_feed, last 0); the caller then
+ * feeds an empty last chunk and calls mc_finish. Returns MC_OK once the whole file was fed, an
+ * error code of mc_feed (message in mc_error), MC_ERR_ARG for a NULL pointer or an unknown
+ * format, or MC_TEXT_STOPPED where the reader met what it does not take as plainly valid, or
+ * could not open or read the file: *pos then says where its records stop (the byte offset
+ * and 1-based number of the first line not fed, the arrival cycle (dramsim3; the caller's
+ * last_cycle before any) and line of the last request fed, the records fed), so the caller's
+ * own reader goes on from there and names what is wrong. */
+#define MC_TEXT_STOPPED 8
+typedef struct mc_text_pos {
+    uint64_t offset, line, last_cycle, last_line, records;
+} mc_text_pos;
+int mc_run_text(mc_sim *sim, int format, const char *path, uint64_t capacity,
+                uint64_t last_cycle, mc_text_pos *pos);
+
 #endif
