@@ -283,7 +283,9 @@ static int signal_event(mc_sim *sim, const mc_record *r, uint64_t pos, int who, 
 
 void mc_event(const mc_sim *sim, uint32_t id, uint64_t *reached, uint64_t *fired)
 {
+    if (!reached || !fired) return;
     *reached = *fired = UINT64_MAX;
+    if (!sim) return;
     int64_t k = idmap_get(&sim->event_map, id);
     if (k < 0) return;
     const event *e = &sim->events[k];
@@ -291,10 +293,11 @@ void mc_event(const mc_sim *sim, uint32_t id, uint64_t *reached, uint64_t *fired
     if (e->fired < NEVER) *fired = (uint64_t)e->fired;
 }
 
-uint64_t mc_event_count(const mc_sim *sim) { return sim->nevents; }
+uint64_t mc_event_count(const mc_sim *sim) { return sim ? sim->nevents : 0; }
 
 uint64_t mc_event_ids(const mc_sim *sim, uint32_t *ids, uint64_t max)
 {
+    if (!sim || (!ids && max)) return 0;
     uint64_t n = sim->nevents < max ? sim->nevents : max;
     for (uint64_t k = 0; k < n; k++) ids[k] = sim->events[k].id;
     return n;
@@ -356,12 +359,16 @@ int mc_ring_push(mc_sim *sim, const mc_record *recs, uint64_t n)
 
 void mc_held(const mc_sim *sim, uint64_t *held, uint64_t *peak, uint64_t *capacity)
 {
+    if (!sim || !held || !peak || !capacity) return;
     *held = sim->hi - mc_lowest_cursor(sim);
     *peak = sim->held_peak;
     *capacity = sim->ring ? sim->ring_mask + 1 : 0;
 }
 
-void mc_set_window(mc_sim *sim, uint64_t records) { sim->window = records ? records : MC_DEFAULT_WINDOW; }
+void mc_set_window(mc_sim *sim, uint64_t records)
+{
+    if (sim) sim->window = records ? records : MC_DEFAULT_WINDOW;
+}
 
 /* A barrier is passed by every cursor together, once all have reached it and all work
  * before it has completed. */

@@ -197,7 +197,8 @@ uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint
                              uint64_t max);
 /* decode one address into fields (channel counts pseudo-channels): for tests */
 int mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields);
-/* event `id`: cycle its SIGNAL was reached and cycle it fired (both UINT64_MAX if not) */
+/* event `id`: cycle its SIGNAL was reached and cycle it fired (both UINT64_MAX if not, or
+ * with sim NULL; nothing written through NULL pointers, as in mc_held) */
 void mc_event(const mc_sim *sim, uint32_t id, uint64_t *reached, uint64_t *fired);
 /* events and layers are kept for the ids a trace uses (sparse ids cost what they use): how
  * many, and their ids in order of first use */
