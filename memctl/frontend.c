@@ -1,9 +1,11 @@
 /* The front end: offers trace records in order, up to issue_width requests per cycle once
  * their arrival cycle has passed, stopping at the first the controller refuses (a full
  * queue). Markers take effect at their place in the trace. */
+#define _DEFAULT_SOURCE /* madvise */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -329,6 +331,22 @@ uint64_t mc_feed_room(const mc_sim *sim)
     return 0;
 }
 
+/* n records' worth of memory for the ring; from 2 MiB on aligned to 2 MiB and marked for
+ * transparent huge pages: a ring of a million records is 24 MiB, whose first touch in 4 KiB
+ * pages costs 6,000 page faults (about 10% of a whole `pimrt memsim` run on a stream trace) */
+static mc_record *ring_alloc(uint64_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    size_t bytes = (size_t)n * sizeof(mc_record);
+    if (bytes < huge) return malloc(bytes);
+    bytes = (bytes + huge - 1) / huge * huge; /* (aligned_alloc: a multiple of the alignment) */
+    mc_record *p = aligned_alloc(huge, bytes);
+#ifdef MADV_HUGEPAGE
+    if (p) madvise(p, bytes, MADV_HUGEPAGE); /* a hint: nothing to do if it is not taken */
+#endif
+    return p;
+}
+
 /* append n records to those held (the ring grows to what is held, in powers of two) */
 int mc_ring_push(mc_sim *sim, const mc_record *recs, uint64_t n)
 {
@@ -338,7 +356,7 @@ int mc_ring_push(mc_sim *sim, const mc_record *recs, uint64_t n)
     if (need > cap) {
         uint64_t nc = cap ? cap : 1024;
         while (nc < need) nc *= 2;
-        mc_record *p = malloc(nc * sizeof *p);
+        mc_record *p = ring_alloc(nc);
         if (!p)
             return mc_set_error(sim, MC_ERR_MEMORY, "out of memory holding %llu trace records",
                                 (unsigned long long)need);

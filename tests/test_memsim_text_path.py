@@ -135,3 +135,14 @@ def test_memsim_imports_numpy_where_it_needs_it(tmp_path):
     assert (tmp_path / "c.csv").read_text().count("\n") > 50
     out = _probe(tmp_path / "bad.trace", "--quiet")
     assert out.returncode == 2 and "bad.trace:2: arrival cycle 0 is earlier" in out.stderr
+
+
+def test_feed_text_leaves_a_run_with_a_command_log_to_python(tmp_path):
+    """A command log is drained between chunks, so with one the Python path reads it all."""
+    from pimrt.memctl.controller import CommandLog
+    p = tmp_path / "t.trace"
+    p.write_text("0x40 READ 1\n")
+    ctl = Controller(PART, Options(), cmdlog=CommandLog(tmp_path / "log.csv"))
+    assert ctl.feed_text(p, 1, PART.capacity_bytes) == (0, 1, 0, 0)
+    assert ctl.stats()["records"] == 0
+    ctl.cmdlog.close()
