@@ -211,7 +211,8 @@ uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint
                              uint64_t max);
 /* decode one address into fields (channel counts pseudo-channels): for tests */
 int mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields);
-/* event `id`: cycle its SIGNAL was reached and cycle it fired (both UINT64_MAX if not) */
+/* event `id`: cycle its SIGNAL was reached and cycle it fired (both UINT64_MAX if not, or
+ * with sim NULL; nothing written through NULL pointers, as in mc_held) */
 void mc_event(const mc_sim *sim, uint32_t id, uint64_t *reached, uint64_t *fired);
 /* events and layers are kept for the ids a trace uses (sparse ids cost what they use): how
  * many, and their ids in order of first use */
@@ -237,5 +238,21 @@ enum { MC_TEXT_DRAMSIM3 = 1, MC_TEXT_RAMULATOR = 2, MC_TEXT_RAMULATOR_DRAM = 3 }
 int mc_text_parse(int format, const char *text, uint64_t len, uint64_t capacity,
                   uint64_t last_cycle, mc_record *out, uint64_t max, uint64_t *count,
                   uint64_t *used, uint64_t *lines, uint64_t *last_line);
+
+/* pimrt memsim's path for those formats (tracetext.c): reads the file at `path` a block at a
+ * time with mc_text_parse and feeds its records to sim (mc_feed, last 0); the caller then
+ * feeds an empty last chunk and calls mc_finish. Returns MC_OK once the whole file was fed, an
+ * error code of mc_feed (message in mc_error), MC_ERR_ARG for a NULL pointer or an unknown
+ * format, or MC_TEXT_STOPPED where the reader met what it does not take as plainly valid, or
+ * could not open or read the file: *pos then says where its records stop (the byte offset
+ * and 1-based number of the first line not fed, the arrival cycle (dramsim3; the caller's
+ * last_cycle before any) and line of the last request fed, the records fed), so the caller's
+ * own reader goes on from there and names what is wrong. */
+#define MC_TEXT_STOPPED 8
+typedef struct mc_text_pos {
+    uint64_t offset, line, last_cycle, last_line, records;
+} mc_text_pos;
+int mc_run_text(mc_sim *sim, int format, const char *path, uint64_t capacity,
+                uint64_t last_cycle, mc_text_pos *pos);
 
 #endif

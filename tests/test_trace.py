@@ -779,3 +779,17 @@ def test_memsim_reports_a_malformed_line_in_one_line_with_exit_code_2(tmp_path, 
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in out.stderr, out.stderr
+
+
+def test_memsim_names_the_line_of_a_ramulator_cpu_record(tmp_path):
+    """memctl names a bad record by its index; a ramulator_cpu line gives two records when it
+    has a writeback address, so `pimrt memsim` counts them to name the line."""
+    from pimrt.commands.memsim import record_to_line
+    from pimrt.trace import read_records
+    p = tmp_path / "cpu.trace"
+    p.write_text("# c\n5 0x40 0x80\n\n3 0x80\n7 0xc0 0x100 # x\n")
+    assert [record_to_line(f"{p}: record {i}: bad", p, "ramulator_cpu") for i in range(6)] == [
+        f"{p}:2: bad", f"{p}:2: bad", f"{p}:4: bad", f"{p}:5: bad", f"{p}:5: bad",
+        f"{p}: record 5: bad"]
+    records, _ = read_records(p, "ramulator_cpu")
+    assert len(records) == 5   # the count the mapping assumes

@@ -60,9 +60,13 @@ def _overrides(items: list[str]) -> dict:
 
 def run(args) -> int:
     import os
+    from pimrt.deferred_import import defer
     # memsim does no linear algebra: one BLAS thread spares numpy's import the start of a
     # thread pool (0.03 s of CPU, 0.07 s of wall of a 0.3 s run); a user's setting wins
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # a text trace of a format memctl's C reader takes goes from the file into the
+    # simulator in C: numpy is imported only if something else needs it
+    defer("numpy")
     from pimrt.memctl import Options, load_part, run_trace, write_stats_csv
     from pimrt.trace import open_trace
 
@@ -109,26 +113,34 @@ def run(args) -> int:
 
 
 NPY_MAGIC = b"\x93NUMPY"
-# text formats with one record on each data line (ramulator_cpu's lines may hold two)
+# text formats with one record on each data line; others say how many a line gives with
+# records_in_line(tokens) (ramulator_cpu: a READ, and a WRITE with a writeback address)
 ONE_RECORD_A_LINE = {"pimrt", "dramsim3", "ramulator", "ramulator_dram", "ramulator_rw"}
 
 
 def record_to_line(message: str, path, fmt: str) -> str:
-    """memctl names a bad record by its index ("TRACE: record N: ..."); in a text trace with a
-    record on each data line (blank and `#` lines skipped) say its line instead, as the text
-    readers do ("TRACE:LINE: ...")."""
+    """memctl names a bad record by its index ("TRACE: record N: ..."); in a text trace (blank
+    and `#` lines skipped) say its line instead, as the text readers do ("TRACE:LINE: ...")."""
     import re  # noqa: PLC0415
     m = re.match(re.escape(str(path)) + r": record (\d+): ", message)
-    if m is None or fmt not in ONE_RECORD_A_LINE:
+    if m is None:
         return message
-    want, seen = int(m.group(1)), -1
+    if fmt in ONE_RECORD_A_LINE:
+        def count(tokens):
+            return 1
+    else:
+        from pimrt.trace import get_format  # noqa: PLC0415
+        count = getattr(get_format(fmt), "records_in_line", None)
+        if count is None:
+            return message
+    want, seen = int(m.group(1)), 0
     try:
         with open(path, "rb") as f:
             for number, raw in enumerate(f, 1):
-                line = raw.strip()
-                if line and not line.startswith(b"#"):
-                    seen += 1
-                    if seen == want:
+                tokens = raw.split(b"#", 1)[0].split()
+                if tokens:
+                    seen += count(tokens)
+                    if seen > want:
                         return f"{path}:{number}: {message[m.end():]}"
     except OSError:
         pass

@@ -4,32 +4,49 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
+import os
 import pathlib
 from typing import IO, Iterable
 
-import numpy as np
+import numpy as np   # (imported lazily by pimrt memsim: no numpy at module level here)
 
 from pimrt.errors import ConfigError, SimulationError, TraceError
 from pimrt.memctl._native import ffi, lib
 from pimrt.memctl.config import Part, load_part
 from pimrt.memctl.energy import energy_pj
-from pimrt.trace.records import RECORD_DTYPE
+from pimrt.trace import records as _records
 
 POLICIES = ("serial", "bank_partition", "authority")
 COMMANDS = ("ACT", "PRE", "RD", "WR", "REF", "PIM_ENTER", "PIM_EXIT", "PIM_ACT", "PIM_RD",
             "PIM_WR", "PIM_PRE", "REFB")
 BY = ("host", "pim", "ctrl")
-CMD_DTYPE = np.dtype([
+#: the fields of CMD_DTYPE, the command log's records, as the C struct mc_cmd lays them out
+CMD_FIELDS = [
     ("cycle", "<u8"), ("row", "<i4"), ("column", "<i4"), ("channel", "u1"),
     ("pseudo_channel", "u1"), ("rank", "u1"), ("bankgroup", "u1"), ("bank", "i1"),
     ("command", "u1"), ("requestor", "u1"), ("pad", "u1"),
-])
+]
 CMDLOG_HEADER = "cycle,channel,pseudo_channel,rank,bankgroup,bank,row,column,command,requestor"
 _FIELD = {"ro": lib.MC_F_ROW, "ra": lib.MC_F_RANK, "bg": lib.MC_F_BANKGROUP, "ba": lib.MC_F_BANK,
           "ch": lib.MC_F_CHANNEL, "pc": lib.MC_F_PCH, "co": lib.MC_F_COLUMN}
 _ERRORS = {lib.MC_ERR_CONFIG: ConfigError, lib.MC_ERR_TRACE: TraceError}
-assert ffi.sizeof("mc_record") == RECORD_DTYPE.itemsize
-assert ffi.sizeof("mc_cmd") == CMD_DTYPE.itemsize
+assert ffi.sizeof("mc_record") == 24   # RECORD_DTYPE's itemsize (records.py checks it)
+assert ffi.sizeof("mc_cmd") == 24      # CMD_DTYPE's (cmd_dtype checks it)
+
+
+@functools.cache
+def cmd_dtype() -> np.dtype:
+    """CMD_DTYPE, made on first use (a run without a command log needs no numpy)."""
+    dtype = np.dtype(CMD_FIELDS)
+    assert dtype.itemsize == 24
+    return dtype
+
+
+def __getattr__(name: str):
+    if name == "CMD_DTYPE":
+        return cmd_dtype()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass
@@ -212,7 +229,7 @@ class Controller:
         self._cmdbuf = None
         if cmdlog is not None:
             lib.mc_cmdlog_enable(self._sim, cmdlog_chunk)
-            self._cmdbuf = np.empty(cmdlog_chunk + 64, dtype=CMD_DTYPE)
+            self._cmdbuf = np.empty(cmdlog_chunk + 64, dtype=cmd_dtype())
         self.completions: list[np.ndarray] = []
         self.mode_log: list[np.ndarray] = []
         self.finished = False
@@ -232,15 +249,17 @@ class Controller:
                 if not n:
                     break
                 self.cmdlog.write(buf[:n])
-        cyc, chan, ent = (np.empty(1 << 14, dtype=d) for d in (np.uint64, np.uint32, np.uint8))
-        pc, ph, pe = ffi.cast("uint64_t *", ffi.from_buffer(cyc)), \
-            ffi.cast("uint32_t *", ffi.from_buffer(chan)), ffi.cast("uint8_t *", ffi.from_buffer(ent))
+        size = 1 << 14
+        pc, ph, pe = ffi.new("uint64_t[]", size), ffi.new("uint32_t[]", size), \
+            ffi.new("uint8_t[]", size)
         while True:
-            n = lib.mc_modelog_take(self._sim, pc, ph, pe, len(cyc))
+            n = lib.mc_modelog_take(self._sim, pc, ph, pe, size)
             if not n:
                 break
             rec = np.zeros(n, dtype=[("cycle", "<u8"), ("channel", "<u4"), ("enter", "u1")])
-            rec["cycle"], rec["channel"], rec["enter"] = cyc[:n], chan[:n], ent[:n]
+            rec["cycle"] = np.frombuffer(ffi.buffer(pc, 8 * n), np.uint64)
+            rec["channel"] = np.frombuffer(ffi.buffer(ph, 4 * n), np.uint32)
+            rec["enter"] = np.frombuffer(ffi.buffer(pe, n), np.uint8)
             self.mode_log.append(rec)
         if self.options.keep_completions:
             idx, cyc, iss = (np.empty(1 << 16, dtype=np.uint64) for _ in range(3))
@@ -251,18 +270,21 @@ class Controller:
                     break
                 self.completions.append(np.stack([idx[:n], cyc[:n], iss[:n]], axis=1).copy())
 
-    def _feed(self, records: np.ndarray, last: bool, where: str) -> None:
-        records = np.ascontiguousarray(records, dtype=RECORD_DTYPE)
+    def _feed(self, records: np.ndarray | None, last: bool, where: str) -> None:
+        """Feed records (None: none) until the C model took them all."""
+        if records is not None:
+            records = np.ascontiguousarray(records, dtype=_records.RECORD_DTYPE)
+        n = len(records) if records is not None else 0
         consumed = ffi.new("uint64_t *")
         done = 0
         while True:
-            rest = records[done:]
-            ptr = ffi.cast("mc_record *", ffi.from_buffer(rest)) if len(rest) else ffi.NULL
-            rc = lib.mc_feed(self._sim, ptr, len(rest), int(last), consumed)
+            ptr = ffi.cast("mc_record *", ffi.from_buffer(records[done:])) if n > done \
+                else ffi.NULL
+            rc = lib.mc_feed(self._sim, ptr, n - done, int(last), consumed)
             done += consumed[0]
             self._drain()
             self._check(rc, where)
-            if rc == lib.MC_OK and done == len(records):
+            if rc == lib.MC_OK and done == n:
                 break
 
     def feed(self, records: np.ndarray, where: str = "trace") -> None:
@@ -272,6 +294,25 @@ class Controller:
         if self.finished:
             raise SimulationError("feed() after finish()")
         self._feed(records, False, where)
+
+    def feed_text(self, path, c_format: int, capacity_bytes: int | None, where: str = "trace"
+                  ) -> tuple[int, int, int, int] | None:
+        """Feed a whole text trace of a format of memctl's C reader (Trace.c_format) in C:
+        None when every record went in, or where the reader stopped at something it does not
+        take as plainly valid (offset, line, last cycle, last line; see Trace.resume, whose
+        reader names what is wrong)."""
+        if self.finished:
+            raise SimulationError("feed_text() after finish()")
+        if self.cmdlog is not None:   # (the log is drained between chunks: the Python path)
+            return 0, 1, 0, 0
+        pos = ffi.new("mc_text_pos *")
+        rc = lib.mc_run_text(self._sim, c_format, os.fsencode(path), capacity_bytes or 0, 0,
+                             pos)
+        self._drain()
+        if rc == lib.MC_TEXT_STOPPED:
+            return int(pos.offset), int(pos.line), int(pos.last_cycle), int(pos.last_line)
+        self._check(rc, where)
+        return None
 
     def held(self) -> dict:
         """Trace records the C model holds: now, the most so far, and its buffer's capacity."""
@@ -283,7 +324,7 @@ class Controller:
 
     def finish(self, where: str = "trace") -> None:
         """No more records: offer what is left, then run until every request completed."""
-        self._feed(np.zeros(0, dtype=RECORD_DTYPE), True, where)
+        self._feed(None, True, where)
         while True:
             rc = lib.mc_finish(self._sim)
             self._drain()
@@ -376,10 +417,9 @@ class Controller:
 
     def _ids(self, count, take) -> list[int]:
         n = int(count(self._sim))
-        ids = np.empty(n, dtype=np.uint32)
-        if n:
-            take(self._sim, ffi.cast("uint32_t *", ffi.from_buffer(ids)), n)
-        return sorted(int(i) for i in ids)
+        ids = ffi.new("uint32_t[]", n)
+        n = int(take(self._sim, ids, n)) if n else 0
+        return sorted(ids[0:n])
 
     def event_table(self) -> dict[int, tuple[int, int]]:
         """{event id: (cycle its SIGNAL was reached, cycle it fired)} for every id the trace
@@ -451,7 +491,17 @@ def run_trace(chunks: Iterable[np.ndarray], part: Part | str, options: Options |
     log = CommandLog(cmdlog) if cmdlog is not None else None
     try:
         ctl = Controller(part, options, cmdlog=log)
-        with _Prefetch(chunks) as ahead:
+        rest = chunks
+        if getattr(chunks, "c_format", None) and log is None and progress is None:
+            # a text trace memctl's C reader takes: read and fed in C, without a round trip
+            # to Python a chunk; from where it stops (if it does) the Python reader goes on
+            stop = ctl.feed_text(chunks.path, chunks.c_format, chunks.capacity_bytes, where)
+            rest = chunks.resume(*stop) if stop is not None else ()
+        if isinstance(rest, tuple) and not rest:
+            pass   # all fed (and numpy, lazy in pimrt memsim, may stay unloaded)
+        else:
+            getattr(np, "ndarray")   # numpy loaded here if lazy, not by two threads at once
+        with _Prefetch(rest) as ahead:
             for chunk in ahead:
                 ctl.feed(chunk, where)
                 if progress is not None:

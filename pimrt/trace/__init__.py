@@ -23,8 +23,15 @@ import numpy as np
 
 from pimrt.errors import TraceError
 from pimrt.trace import _textparse as tp
+from pimrt.trace import records as _records
 from pimrt.trace.records import (BARRIER, HOST, LAYER, OP_NAMES, PARAM, PARAM_IDS, PARAM_NAMES,
-                                 PIM, READ, RECORD_DTYPE, REQUESTOR_NAMES, WRITE)
+                                 PIM, READ, REQUESTOR_NAMES, WRITE)
+
+
+def __getattr__(name: str):
+    if name == "RECORD_DTYPE":   # made on first use (records.py): this package needs no numpy
+        return _records.RECORD_DTYPE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _NOT_FORMATS = {"records", "synthetic"}
 
@@ -125,12 +132,28 @@ class Trace:
         self._module = get_format(format)
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        return self._chunks()
+
+    @property
+    def c_format(self) -> int | None:
+        """The format's MC_TEXT_* code where memctl's C reader reads it whole (mc_run_text),
+        else None."""
+        return tp.C_FORMATS.get(self.format)
+
+    def resume(self, offset: int, line: int, last_cycle: int, last_line: int
+               ) -> Iterator[np.ndarray]:
+        """The chunks from the line at byte `offset` (number `line`) on, after a request at
+        `last_cycle` on line `last_line`: where mc_run_text stopped (C formats only)."""
+        return self._chunks((offset, line), (last_cycle, last_line))
+
+    def _chunks(self, start=None, last=(0, 0)) -> Iterator[np.ndarray]:
         self.layer_names.clear()
         state = tp.ReadState(path=self.path, display=str(self.path),
                              layer_names=self.layer_names, capacity_bytes=self.capacity_bytes,
-                             part=self.part)
+                             part=self.part, last_cycle=last[0], last_line=last[1])
         try:
-            chunks = self._module.read(self.path, state, self.chunk_records)
+            chunks = self._module.read(self.path, state, self.chunk_records,
+                                       **({"start": start} if start else {}))
             yield from rechunk(chunks, self.chunk_records)
         except OSError as exc:
             raise tp.trace_error(str(self.path), None, None,
@@ -139,7 +162,7 @@ class Trace:
     def records(self) -> np.ndarray:
         """Every record in one array (for small traces)."""
         chunks = list(self)
-        return np.concatenate(chunks) if chunks else np.zeros(0, RECORD_DTYPE)
+        return np.concatenate(chunks) if chunks else np.zeros(0, _records.RECORD_DTYPE)
 
     def __repr__(self) -> str:
         return f"Trace({str(self.path)!r}, format={self.format!r})"

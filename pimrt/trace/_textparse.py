@@ -1,5 +1,6 @@
-"""Shared machinery of the text trace formats: block reading, vectorised tokenising and number
-parsing, the per-line fallback parser, and error reporting.
+"""Shared machinery of the text trace formats: block reading, the per-line fallback parser, the
+C reader's driver, and error reporting (the vectorised tokenising and number parsing are in
+_textvec, reached as tp.tokenize etc.).
 
 A text reader works on blocks of whole lines (about BLOCK_BYTES each). Each block first goes
 through the format's vectorised parser (numpy over the block's bytes); when that one meets
@@ -11,14 +12,27 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import pathlib
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-import numpy as np
+import numpy as np   # (imported lazily by pimrt memsim: no numpy at module level here)
 
 from pimrt.errors import TraceError
-from pimrt.trace.records import RECORD_DTYPE
+from pimrt.trace import records as _records   # (RECORD_DTYPE: made on first use)
+
+if TYPE_CHECKING:
+    from pimrt.trace._textvec import Tokens
+
+#: the vectorised tokenizer and number parsers, in _textvec (numpy): tp.tokenize etc.
+_VECTOR = ("Tokens", "tokenize", "parse_uint_vec", "match_words")
+
+
+def __getattr__(name: str):
+    if name in _VECTOR:
+        from pimrt.trace import _textvec
+        return getattr(_textvec, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 1 << 20  # a longer line is an error, not a reason to read the file whole
@@ -135,13 +149,15 @@ def check_order(state: ReadState, cycle: int, line: int, unit: str = "") -> None
 
 # ---------------------------------------------------------------------------------------------
 # blocks and tokens
-def iter_blocks(path: pathlib.Path, display: str,
-                block_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
-    """(number of the block's first line, 1-based; bytes of whole lines)."""
+def iter_blocks(path: pathlib.Path, display: str, block_bytes: int | None = None,
+                start: tuple[int, int] = (0, 1)) -> Iterator[tuple[int, bytes]]:
+    """(number of the block's first line, 1-based; bytes of whole lines), from start: the
+    byte offset of a line and its number."""
     block_bytes = block_bytes or BLOCK_BYTES
-    line = 1
+    line = start[1]
     rest = b""
     with open(path, "rb") as f:
+        f.seek(start[0])
         while True:
             data = f.read(block_bytes)
             if not data:
@@ -161,175 +177,6 @@ def iter_blocks(path: pathlib.Path, display: str,
             line += block.count(b"\n")
 
 
-_PAD_BEFORE = 24   # bytes of padding before a block, so 8-byte windows ending at a token's
-_PAD_AFTER = 8     # end (or starting at its start) never leave the buffer
-
-_U = np.uint64
-_ONES = _U(0x0101010101010101)
-_HIGH = _U(0x8080808080808080)
-_ZERO_CHARS = _U(0x3030303030303030)
-# _LOW_MASK[k]: the low k bytes of a uint64 (k = 0..8)
-_LOW_MASK = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
-
-
-@dataclasses.dataclass
-class Tokens:
-    """The tokens of one block. Offsets index `buf`, the block with padding around it;
-    `win[i]` is the little-endian uint64 of buf[i:i+8]."""
-
-    buf: np.ndarray           # uint8 view of the padded block
-    win: np.ndarray           # overlapping 8-byte windows of buf
-    starts: np.ndarray        # int64 offset of each token
-    ends: np.ndarray          # one past its last byte
-    counts: np.ndarray        # tokens per line
-    n_lines: int
-
-    @functools.cached_property
-    def line(self) -> np.ndarray:
-        """Block-relative line index of each token."""
-        return np.repeat(np.arange(self.n_lines), self.counts)
-
-
-def tokenize(block: bytes) -> Tokens:
-    pbuf = b" " * _PAD_BEFORE + block + b" " * _PAD_AFTER
-    buf = np.frombuffer(pbuf, dtype=np.uint8)
-    win = np.ndarray(shape=(len(pbuf) - 7,), dtype="<u8", buffer=pbuf, strides=(1,))
-    sep = (buf == 32) | ((buf - np.uint8(9)) <= 4)    # bytes.split()'s whitespace
-    nl_pos = np.flatnonzero(buf == 10)
-    if b"#" in block:
-        hc = np.cumsum(buf == 35, dtype=np.int32)
-        at_nl = np.zeros(len(buf), dtype=np.int32)
-        at_nl[nl_pos] = hc[nl_pos]
-        base = np.maximum.accumulate(at_nl)
-        sep |= (hc - base) > 0
-    # sep is True at both ends (padding), so token boundaries alternate start, end
-    change = np.flatnonzero(sep[1:] != sep[:-1]) + 1
-    starts = change[0::2]
-    ends = change[1::2]
-    n_lines = len(nl_pos) + (0 if block.endswith(b"\n") or not block else 1)
-    before = np.searchsorted(starts, nl_pos)              # tokens before each newline
-    if n_lines > len(nl_pos):
-        before = np.append(before, len(starts))
-    counts = np.diff(before, prepend=0)
-    return Tokens(buf, win, starts, ends, counts, n_lines)
-
-
-def _ge(x: np.ndarray, c: int) -> np.ndarray:
-    """Per byte of x (all bytes < 0x80): 0x80 where the byte >= c, else 0."""
-    return (x + _U((0x80 - c) * 0x0101010101010101)) & _HIGH
-
-
-def _hex8(x: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Value and validity of the last k (0..8) bytes of 8-byte windows as hex digits."""
-    x = x.byteswap()                                   # least significant digit -> low byte
-    keep = _LOW_MASK[k]
-    x &= keep
-    fold = x | _U(0x2020202020202020)
-    digit = _ge(x, 0x30) & ~_ge(x, 0x3A)
-    letter = _ge(fold, 0x61) & ~_ge(fold, 0x67)
-    ok = (((digit | letter) | (~keep & _HIGH)) == _HIGH) & ((x & _HIGH) == 0)
-    v = (x & _U(0x0F0F0F0F0F0F0F0F)) + (letter >> _U(7)) * _U(9)
-    v = (v | (v >> _U(4))) & _U(0x00FF00FF00FF00FF)
-    v = (v | (v >> _U(8))) & _U(0x0000FFFF0000FFFF)
-    v = (v | (v >> _U(16))) & _U(0x00000000FFFFFFFF)
-    return v, ok
-
-
-def _dec8(x: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Value and validity of the last k (0..8) bytes of 8-byte windows as decimal digits."""
-    keep = ~_LOW_MASK[8 - k]                           # the high k bytes
-    x = (x & keep) | (_ZERO_CHARS & ~keep)             # leading bytes become '0'
-    ok = ((_ge(x, 0x30) & ~_ge(x, 0x3A)) == _HIGH) & ((x & _HIGH) == 0)
-    x = x - _ZERO_CHARS
-    x = (x * _U(10) + (x >> _U(8))) & _U(0x00FF00FF00FF00FF)
-    x = (x * _U(100) + (x >> _U(16))) & _U(0x0000FFFF0000FFFF)
-    x = (x * _U(10000) + (x >> _U(32))) & _U(0x00000000FFFFFFFF)
-    return x, ok
-
-
-def _parse_hex(win, e, nd):
-    v, ok = _hex8(win[e - 8], np.clip(nd, 0, 8))
-    if (nd > 8).any():
-        v2, ok2 = _hex8(win[e - 16], np.clip(nd - 8, 0, 8))
-        v |= v2 << _U(32)
-        ok &= ok2
-    return v, ok
-
-
-def _parse_dec(win, e, nd):
-    v, ok = _dec8(win[e - 8], np.clip(nd, 0, 8))
-    if (nd > 8).any():
-        v2, ok2 = _dec8(win[e - 16], np.clip(nd - 8, 0, 8))
-        v += v2 * _U(10 ** 8)
-        ok &= ok2
-        if (nd > 16).any():
-            v3, ok3 = _dec8(win[e - 24], np.clip(nd - 16, 0, 8))
-            v += v3 * _U(10 ** 16)
-            ok &= ok3
-    return v, ok
-
-
-def parse_uint_vec(t: Tokens, s: np.ndarray, e: np.ndarray,
-                   mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised parse_uint_token for tokens t.buf[s:e]; returns (uint64 values, ok mask).
-    ok is False where the token is malformed or too long for this fast path (the per-line
-    parser then decides)."""
-    n = len(s)
-    if n == 0:
-        return np.zeros(0, np.uint64), np.zeros(0, bool)
-    length = e - s
-    if mode == "dec":
-        values, ok = _parse_dec(t.win, e, length)
-        ok &= (length >= 1) & (length <= 19)
-    else:
-        prefix = ((t.win[s] & _U(0xFFFF)) | _U(0x2000)) == _U(0x7830)   # "0x" / "0X"
-        prefix &= length > 2
-        nd = length - 2 * prefix
-        if mode == "hex":
-            values, ok = _parse_hex(t.win, e, nd)
-            ok &= (nd >= 1) & (nd <= 16)
-        else:
-            values = np.zeros(n, np.uint64)
-            ok = np.zeros(n, bool)
-            if prefix.all() or not prefix.any():
-                if prefix.all():
-                    values, ok = _parse_hex(t.win, e, nd)
-                    ok &= nd <= 16
-                else:
-                    values, ok = _parse_dec(t.win, e, nd)
-                    ok &= nd <= 19
-            else:
-                h = np.flatnonzero(prefix)
-                d = np.flatnonzero(~prefix)
-                values[h], ok[h] = _parse_hex(t.win, e[h], nd[h])
-                ok[h] &= nd[h] <= 16
-                values[d], ok[d] = _parse_dec(t.win, e[d], nd[d])
-                ok[d] &= nd[d] <= 19
-            ok &= nd >= 1
-    values[~ok] = 0
-    return values, ok
-
-
-def match_words(t: Tokens, s: np.ndarray, e: np.ndarray,
-                words: dict[bytes, int], casefold: bool = True) -> np.ndarray:
-    """Code of each token from words (at most 8 bytes each, lower case when casefold); -1
-    where none matches."""
-    n = len(s)
-    out = np.full(n, -1, np.int16)
-    if n == 0:
-        return out
-    length = e - s
-    x = t.win[s] & _LOW_MASK[np.minimum(length, 8)]
-    usable = (length <= 8) & ((x & _HIGH) == 0)
-    if casefold:
-        upper = _ge(x, 0x41) & ~_ge(x, 0x5B)
-        x = x | (upper >> _U(2))
-    for word, code in words.items():
-        key = np.frombuffer(word.ljust(8, b"\0"), "<u8")[0]
-        out[(x == key) & usable] = code
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # driver
 LineParser = Callable[[list[bytes], bytes, int, ReadState], list[tuple]]
@@ -347,7 +194,7 @@ def parse_block_slow(block: bytes, first_line: int, state: ReadState,
         if not toks:
             continue
         out.extend(parse_line(toks, text, first_line + i, state))
-    return np.array(out, dtype=RECORD_DTYPE) if out else np.zeros(0, RECORD_DTYPE)
+    return np.array(out, dtype=_records.RECORD_DTYPE) if out else np.zeros(0, _records.RECORD_DTYPE)
 
 
 def read_text(path: pathlib.Path, state: ReadState, parse_line: LineParser,
@@ -370,6 +217,7 @@ def read_text(path: pathlib.Path, state: ReadState, parse_line: LineParser,
 def fixed_columns(block: bytes, k: int) -> tuple[Tokens, np.ndarray, np.ndarray] | None:
     """Tokens of a block whose non-empty lines all have exactly k tokens: (tokens,
     starts (n, k), ends (n, k)), or None."""
+    from pimrt.trace._textvec import tokenize
     t = tokenize(block)
     nonzero = t.counts[t.counts > 0]
     if len(nonzero) and (nonzero != k).any():
@@ -377,7 +225,8 @@ def fixed_columns(block: bytes, k: int) -> tuple[Tokens, np.ndarray, np.ndarray]
     return t, t.starts.reshape(-1, k), t.ends.reshape(-1, k)
 
 
-_C_FORMATS = {"dramsim3": 1, "ramulator": 2, "ramulator_dram": 3}   # MC_TEXT_* (memctl.h)
+#: the formats of the C reader, as MC_TEXT_* (memctl.h)
+C_FORMATS = {"dramsim3": 1, "ramulator": 2, "ramulator_dram": 3}
 
 
 def c_parse(block: bytes, first_line: int, state: ReadState, fmt: str) -> np.ndarray | None:
@@ -385,9 +234,9 @@ def c_parse(block: bytes, first_line: int, state: ReadState, fmt: str) -> np.nda
     formats, or None where it meets anything not plainly valid (the per-line parser then
     reads the block and names the error)."""
     from pimrt.memctl._native import ffi, lib   # the extension, on first use
-    out = np.empty(len(block) // 2 + 1, RECORD_DTYPE)
+    out = np.empty(len(block) // 2 + 1, _records.RECORD_DTYPE)
     count, used, lines, last = (ffi.new("uint64_t *") for _ in range(4))
-    rc = lib.mc_text_parse(_C_FORMATS[fmt], block, len(block), state.capacity_bytes or 0,
+    rc = lib.mc_text_parse(C_FORMATS[fmt], block, len(block), state.capacity_bytes or 0,
                            state.last_cycle, ffi.cast("mc_record *", ffi.from_buffer(out)),
                            len(out), count, used, lines, last)
     if rc:
@@ -399,21 +248,24 @@ def c_parse(block: bytes, first_line: int, state: ReadState, fmt: str) -> np.nda
 
 
 def read_c_text(path: pathlib.Path, state: ReadState, fmt: str, parse_line: LineParser,
-                chunk_records: int, block_bytes: int | None = None) -> Iterator[np.ndarray]:
+                chunk_records: int, block_bytes: int | None = None,
+                start: tuple[int, int] = (0, 1)) -> Iterator[np.ndarray]:
     """read_text for the formats of the C reader: it parses each block straight into chunks
     of chunk_records (no copies); where it gives up, the per-line parser reads the rest of
-    that block (and names the error)."""
+    that block (and names the error). start: the byte offset and number of the line to begin
+    at (where mc_run_text stopped)."""
     from pimrt.memctl._native import ffi, lib
-    code, cap = _C_FORMATS[fmt], state.capacity_bytes or 0
+    code, cap = C_FORMATS[fmt], state.capacity_bytes or 0
     count, used, lines, last = (ffi.new("uint64_t *") for _ in range(4))
 
     def fresh():
-        a = np.empty(chunk_records, RECORD_DTYPE)
+        a = np.empty(chunk_records, _records.RECORD_DTYPE)
         return a, ffi.cast("mc_record *", ffi.from_buffer(a))
 
     out, optr = fresh()
     filled = 0
-    for first_line, block in iter_blocks(path, state.display, block_bytes or BLOCK_BYTES):
+    for first_line, block in iter_blocks(path, state.display, block_bytes or BLOCK_BYTES,
+                                         start):
         text = ffi.from_buffer(block)
         pos, line = 0, first_line
         while pos < len(block):

@@ -18,7 +18,8 @@ import pathlib
 import numpy as np
 
 from pimrt.trace import _textparse as tp
-from pimrt.trace.records import (LAST_OP, BARRIER, LAYER, OP_NAMES, PARAM, PARAM_NAMES, RECORD_DTYPE,
+from pimrt.trace import records as _records   # (RECORD_DTYPE: made on first use)
+from pimrt.trace.records import (LAST_OP, BARRIER, LAYER, OP_NAMES, PARAM, PARAM_NAMES,
                                  REQUESTOR_NAMES, WRITE)
 from pimrt.trace._writer import TraceWriter
 
@@ -68,12 +69,12 @@ def _open_array(path: pathlib.Path, display: str) -> np.ndarray:
     if arr.ndim != 1:
         raise tp.trace_error(display, None, None, f"expected a 1-D array of records, found "
                              f"shape {arr.shape}")
-    if arr.dtype != RECORD_DTYPE:
-        if arr.dtype.names == RECORD_DTYPE.names:
+    if arr.dtype != _records.RECORD_DTYPE:
+        if arr.dtype.names == _records.RECORD_DTYPE.names:
             pass  # same fields in another layout/byte order: converted chunk by chunk
         else:
             raise tp.trace_error(display, None, None, f"dtype {arr.dtype} is not pimrt's "
-                                 f"RECORD_DTYPE {RECORD_DTYPE}")
+                                 f"RECORD_DTYPE {_records.RECORD_DTYPE}")
     return arr
 
 
@@ -140,7 +141,7 @@ def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
             state.layer_names.append(n)
             state.layer_index.setdefault(n, len(state.layer_names) - 1)
     for i in range(0, len(arr), chunk_records):
-        chunk = np.array(arr[i:i + chunk_records], dtype=RECORD_DTYPE)
+        chunk = np.array(arr[i:i + chunk_records], dtype=_records.RECORD_DTYPE)
         validate_chunk(chunk, i, state, names is not None)
         yield chunk
 
@@ -151,7 +152,7 @@ def count_records(path: pathlib.Path) -> int:
 
 # ---------------------------------------------------------------------------------------------
 def _header(n: int) -> bytes:
-    d = {"descr": np.lib.format.dtype_to_descr(RECORD_DTYPE), "fortran_order": False,
+    d = {"descr": np.lib.format.dtype_to_descr(_records.RECORD_DTYPE), "fortran_order": False,
          "shape": (n,)}
     text = repr(d).encode("latin1")
     pad = _HEADER_BYTES - len(MAGIC) - 2 - 2 - len(text) - 1
@@ -171,12 +172,12 @@ class Writer(TraceWriter):
         self._f.write(_header(0))
 
     def layer_marker(self, name: str) -> np.ndarray:
-        rec = np.zeros(1, RECORD_DTYPE)
+        rec = np.zeros(1, _records.RECORD_DTYPE)
         rec["op"], rec["value"] = LAYER, self.add_layer(name)
         return rec
 
     def write(self, records: np.ndarray) -> None:
-        recs = np.ascontiguousarray(records, dtype=RECORD_DTYPE)
+        recs = np.ascontiguousarray(records, dtype=_records.RECORD_DTYPE)
         self._f.write(recs.tobytes())
         self.count += len(recs)
 

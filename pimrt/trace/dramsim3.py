@@ -46,8 +46,9 @@ def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray
     return tp.c_parse(block, first_line, state, NAME)
 
 
-def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
-    return tp.read_c_text(path, state, NAME, parse_line, chunk_records)
+def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16,
+         start: tuple[int, int] = (0, 1)):
+    return tp.read_c_text(path, state, NAME, parse_line, chunk_records, start=start)
 
 
 def host_requests_only(records: np.ndarray, where: str, fmt: str) -> np.ndarray:

@@ -39,5 +39,11 @@ def parse_line(toks: list[bytes], text: bytes, line: int, state: tp.ReadState) -
     return out
 
 
+def records_in_line(tokens: list[bytes]) -> int:
+    """Records a data line gives (a READ, and a WRITE with a writeback address): how
+    `pimrt memsim` turns memctl's record index back into the line."""
+    return 2 if len(tokens) == 3 else 1
+
+
 def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
     return tp.read_text(path, state, parse_line, None)

@@ -18,7 +18,8 @@ import numpy as np
 
 from pimrt.trace import _textparse as tp
 from pimrt.trace.dramsim3 import host_requests_only
-from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+from pimrt.trace import records as _records   # (RECORD_DTYPE: made on first use)
+from pimrt.trace.records import HOST, READ, WRITE
 from pimrt.trace._writer import TraceWriter
 
 NAME = "ramulator_rw"
@@ -134,7 +135,7 @@ def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray
     vec = vals.reshape(n, k)
     if (vec >= lay.counts).any():
         return None
-    out = np.zeros(n, RECORD_DTYPE)
+    out = np.zeros(n, _records.RECORD_DTYPE)
     out["addr"], out["op"] = lay.encode(vec), ops
     return out
 

@@ -1,17 +1,24 @@
 """The one record type every trace reader produces and memctl consumes (C struct mc_record)."""
-import numpy as np
+import numpy as np   # (imported lazily by pimrt memsim: RECORD_DTYPE is made on first use)
 
-RECORD_DTYPE = np.dtype(
-    [
-        ("cycle", "<u8"),
-        ("addr", "<u8"),
-        ("value", "<u4"),
-        ("op", "u1"),
-        ("requestor", "u1"),
-        ("param", "<u2"),
-    ]
-)
-assert RECORD_DTYPE.itemsize == 24
+#: the fields of RECORD_DTYPE, as the C struct mc_record lays them out (24 bytes)
+RECORD_FIELDS = [
+    ("cycle", "<u8"),
+    ("addr", "<u8"),
+    ("value", "<u4"),
+    ("op", "u1"),
+    ("requestor", "u1"),
+    ("param", "<u2"),
+]
+
+
+def __getattr__(name: str):
+    if name == "RECORD_DTYPE":   # made on first use, so importing this module needs no numpy
+        dtype = globals()["RECORD_DTYPE"] = np.dtype(RECORD_FIELDS)
+        assert dtype.itemsize == 24
+        return dtype
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # op codes
 READ, WRITE, LAYER, PARAM, BARRIER = 0, 1, 2, 3, 4

@@ -20,8 +20,9 @@ import pathlib
 import numpy as np
 
 from pimrt.trace import _textparse as tp
-from pimrt.trace.records import (DELAY, OP_NAMES, SIGNAL, WAIT, BARRIER, HOST, LAYER, PARAM, PARAM_IDS, PARAM_NAMES, PIM,
-                                 READ, RECORD_DTYPE, WRITE)
+from pimrt.trace import records as _records   # (RECORD_DTYPE: made on first use)
+from pimrt.trace.records import (DELAY, OP_NAMES, SIGNAL, WAIT, BARRIER, HOST, LAYER, PARAM,
+                                 PARAM_IDS, PARAM_NAMES, PIM, READ, WRITE)
 from pimrt.trace._writer import TraceWriter
 
 NAME = "pimrt"
@@ -122,7 +123,7 @@ def parse_line(toks: list[bytes], text: bytes, line: int, state: tp.ReadState) -
 def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray | None:
     t = tp.tokenize(block)
     if t.n_lines == 0:
-        return np.zeros(0, RECORD_DTYPE)
+        return np.zeros(0, _records.RECORD_DTYPE)
     first_tok = np.zeros(t.n_lines, np.int64)
     has = t.counts > 0
     first_tok[has] = np.cumsum(t.counts)[has] - t.counts[has]
@@ -145,7 +146,7 @@ def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray
         return None
     marker_lines = np.flatnonzero(marker_line)
     if len(marker_lines) == 0:
-        out = np.zeros(len(cycles), RECORD_DTYPE)
+        out = np.zeros(len(cycles), _records.RECORD_DTYPE)
         out["cycle"], out["addr"], out["op"], out["requestor"] = cycles, addrs, ops, reqs
         return out
     # markers: the per-line parser, in order; then merge with the requests by line
@@ -158,12 +159,12 @@ def parse_fast(block: bytes, first_line: int, state: tp.ReadState) -> np.ndarray
     for li, recs in per_line.items():
         n_rec[li] = len(recs)
     pos = np.cumsum(n_rec) - n_rec
-    out = np.zeros(int(n_rec.sum()), RECORD_DTYPE)
+    out = np.zeros(int(n_rec.sum()), _records.RECORD_DTYPE)
     at = pos[req_lines]
     out["cycle"][at], out["addr"][at], out["op"][at], out["requestor"][at] = \
         cycles, addrs, ops, reqs
     for li, recs in per_line.items():
-        out[pos[li]:pos[li] + len(recs)] = np.array(recs, dtype=RECORD_DTYPE)
+        out[pos[li]:pos[li] + len(recs)] = np.array(recs, dtype=_records.RECORD_DTYPE)
     return out
 
 

@@ -1,0 +1,321 @@
+"""memctl's C API under hostile calls (issue 25): configurations drawn from the shipped parts
+with hostile values put in (organisation, timing, map bits, policies, watermarks, energy),
+random request streams fed in random chunks, and every entry point called, the getters with
+bad indices and NULL pointers, mc_feed after mc_finish, a NULL simulator. Every call must
+return a documented code; nothing may crash, hang or read or write out of bounds.
+
+`make -C memctl sanitize` (CI) runs this file on a build of the extension with AddressSanitizer
+and UBSan, libasan preloaded: PIMRT_MEMCTL_CAPI names that module and
+PIMRT_MEMCTL_CAPI_EXAMPLES how many examples to draw; any sanitizer report ends the process
+and fails the run. The ordinary suite runs it on pimrt's own extension, with fewer examples.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import os
+
+from hypothesis import HealthCheck, event, given, settings, strategies as st
+
+from pimrt.memctl.config import load_part
+from pimrt.memctl.controller import Options, make_config
+
+if os.environ.get("PIMRT_MEMCTL_CAPI"):
+    _mod = importlib.import_module(os.environ["PIMRT_MEMCTL_CAPI"])
+    ffi, lib = _mod.ffi, _mod.lib
+else:
+    from pimrt.memctl._native import ffi, lib
+EXAMPLES = int(os.environ.get("PIMRT_MEMCTL_CAPI_EXAMPLES", "30"))
+
+CODES = {lib.MC_OK, lib.MC_ERR_CONFIG, lib.MC_ERR_TRACE, lib.MC_ERR_STATE, lib.MC_ERR_MEMORY,
+         lib.MC_PAUSED, lib.MC_ERR_ARG, lib.MC_ERR_STUCK}
+ERRORS = CODES - {lib.MC_OK, lib.MC_PAUSED}
+CONFIG = ffi.typeof("mc_config")
+
+
+def _base_configs() -> list[bytes]:
+    """mc_config bytes of the shipped parts under each policy (as pimrt makes them)."""
+    from pimrt.memctl._native import ffi as own_ffi
+    out = []
+    for name in ("hbm2", "ddr4_3200", "hbm2_pim", "v100_hbm2_pim"):
+        part = load_part(name)
+        for policy in ("serial", "bank_partition", "authority"):
+            if policy == "bank_partition" and part.pim is None:
+                continue
+            cfg = make_config(part, Options(policy=policy, issue_width=4,
+                                            keep_completions=policy == "serial"))
+            out.append(bytes(own_ffi.buffer(cfg)))
+    return out
+
+
+BASES = _base_configs()
+assert all(len(b) == ffi.sizeof(CONFIG) for b in BASES)
+
+INT32 = st.one_of(st.sampled_from([-2**31, -1, 0, 1, 2, 3, 4, 7, 8, 31, 32, 63, 64, 65535,
+                                   65536, 65537, 2**20, 2**30, 2**31 - 1]),
+                  st.integers(-8, 300))
+INT64 = st.one_of(INT32, st.sampled_from([2**40, 2**60, 2**62, 2**63 - 1, -2**63]))
+UINT64 = st.one_of(st.sampled_from([0, 1, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1))
+DOUBLE = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -1.0, 1e-300, 1e300,
+                                    5e-324]), st.floats(0.01, 1000.0))
+POLICY = st.one_of(st.sampled_from([b"serial", b"bank_partition", b"authority", b"", b"x" * 31,
+                                    b"Serial"]),
+                   st.binary(min_size=0, max_size=31).filter(lambda b: b"\0" not in b))
+
+
+def _field_values(name: str, ctype):
+    if ctype.kind == "array" and ctype.item.cname == "char":
+        return POLICY
+    if ctype.kind == "array":
+        return st.tuples(st.integers(0, ctype.length - 1), st.one_of(
+            st.integers(-2, 70), st.sampled_from([2**31 - 1, -2**31])))
+    return {"double": DOUBLE, "int64_t": INT64, "uint64_t": UINT64}.get(ctype.cname, INT32)
+
+
+FIELDS = [(name, f.type) for name, f in CONFIG.fields]
+
+
+@st.composite
+def configs(draw):
+    """A shipped part's mc_config with up to 4 fields set to drawn values, hostile ones often
+    (so mc_new refuses about half of them)."""
+    cfg = ffi.new("mc_config *")
+    ffi.memmove(cfg, draw(st.sampled_from(BASES)), ffi.sizeof(CONFIG))
+    for _ in range(draw(st.sampled_from([0, 0, 1, 1, 1, 2, 4]))):
+        name, ctype = draw(st.sampled_from(FIELDS))
+        value = draw(_field_values(name, ctype))
+        if ctype.kind == "array" and ctype.item.cname != "char":
+            getattr(cfg, name)[value[0]] = value[1]
+        else:
+            setattr(cfg, name, value)
+    return cfg
+
+
+# requests mostly, markers often, a hostile field now and then
+PLAIN = st.tuples(st.integers(0, 2000), st.integers(0, 1 << 14).map(lambda a: 64 * a),
+                  st.integers(0, 8), st.sampled_from([0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 7]),
+                  st.sampled_from([0, 0, 0, 1]), st.integers(0, 8))
+HOSTILE = st.tuples(
+    st.one_of(st.integers(0, 2000), st.sampled_from([2**60, 2**60 + 1, 2**64 - 1])),   # cycle
+    st.one_of(st.integers(0, 1 << 14).map(lambda a: 64 * a), UINT64),                 # addr
+    st.one_of(st.integers(0, 8), st.integers(0, 2**32 - 1)),                          # value
+    st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7, 8, 255]),                                # op
+    st.sampled_from([0, 1, 2, 255]),                                                  # requestor
+    st.integers(0, 2**16 - 1),                                                        # param
+)
+RECORD = st.one_of(PLAIN, PLAIN, PLAIN, HOSTILE)
+
+
+def _records(rows):
+    recs = ffi.new("mc_record[]", max(len(rows), 1))
+    for r, (cycle, addr, value, op, who, param) in zip(recs, rows):
+        r.cycle, r.addr, r.value, r.op, r.requestor, r.param = cycle, addr, value, op, who, param
+    return recs
+
+
+def _drain(sim, logged: list) -> None:
+    buf = ffi.new("mc_cmd[]", 256)
+    while True:
+        n = lib.mc_cmdlog_take(sim, buf, 256)
+        assert 0 <= n <= 256
+        logged[0] += n
+        if not n:
+            break
+    cyc, ch, ent = ffi.new("uint64_t[]", 64), ffi.new("uint32_t[]", 64), ffi.new("uint8_t[]", 64)
+    while lib.mc_modelog_take(sim, cyc, ch, ent, 64):
+        pass
+    idx, c2, iss = (ffi.new("uint64_t[]", 64) for _ in range(3))
+    while lib.mc_completions_take(sim, idx, c2, iss, 64):
+        pass
+
+
+def _feed_all(sim, rows, chunks: list[int], logged: list) -> int:
+    """Feed rows in chunks of the drawn sizes, then the end; the first error code, or MC_OK."""
+    consumed = ffi.new("uint64_t *")
+    at, i = 0, 0
+    while True:
+        size = chunks[i % len(chunks)] if chunks else len(rows)
+        i += 1
+        part = rows[at:at + size]
+        last = at + size >= len(rows)
+        recs = _records(part)
+        done = 0
+        for _ in range(100_000):
+            rc = lib.mc_feed(sim, recs + done if part else ffi.NULL, len(part) - done, int(last),
+                             consumed)
+            assert rc in CODES and consumed[0] <= len(part) - done
+            done += consumed[0]
+            _drain(sim, logged)
+            if rc in ERRORS:
+                assert ffi.string(lib.mc_error(sim))          # says what
+                return rc
+            if rc == lib.MC_OK and done == len(part):
+                break
+        else:
+            raise AssertionError("mc_feed does not take its records")
+        at += size
+        if last:
+            return lib.MC_OK
+
+
+def _getters(sim, cfg, data) -> None:
+    nch = cfg.channels * cfg.pseudo_channels
+    s = ffi.new("mc_summary *")
+    assert lib.mc_get_summary(sim, s) == lib.MC_OK
+    assert lib.mc_get_summary(sim, ffi.NULL) == lib.MC_ERR_ARG
+    cs, out, e = ffi.new("mc_chan_stats *"), ffi.new("uint64_t *"), ffi.new("mc_energy *")
+    idx = st.one_of(st.integers(-3, nch + 2), st.sampled_from([-2**31, 2**31 - 1]))
+    for _ in range(3):
+        who, ch = data.draw(st.integers(-2, 6)), data.draw(idx)
+        ok = 0 <= who < 2 and 0 <= ch < nch
+        assert lib.mc_get_chan_stats(sim, who, ch, cs) == (lib.MC_OK if ok else lib.MC_ERR_ARG)
+        assert lib.mc_get_chan_stats(sim, who, ch, ffi.NULL) == lib.MC_ERR_ARG
+        q = data.draw(st.one_of(st.floats(-1, 2), st.sampled_from([math.nan, math.inf])))
+        ok_p = 0 <= who < 2 and -1 <= ch < nch and 0 <= q <= 1
+        assert lib.mc_latency_percentile(sim, who, ch, q, out) == \
+            (lib.MC_OK if ok_p else lib.MC_ERR_ARG)
+        assert lib.mc_mode_switches(sim, ch, out) == \
+            (lib.MC_OK if 0 <= ch < nch else lib.MC_ERR_ARG)
+        rank = data.draw(st.integers(-3, cfg.ranks + 2))
+        ok_e = -1 <= ch < nch and -1 <= rank < cfg.ranks
+        assert lib.mc_get_energy(sim, ch, rank, e) == (lib.MC_OK if ok_e else lib.MC_ERR_ARG)
+        assert lib.mc_get_energy(sim, ch, rank, ffi.NULL) == lib.MC_ERR_ARG
+    fields = ffi.new("int64_t[]", lib.MC_F_COUNT)
+    assert lib.mc_decode(sim, data.draw(UINT64), fields) == lib.MC_OK
+    assert lib.mc_decode(sim, 0, ffi.NULL) == lib.MC_ERR_ARG
+    reached, fired = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    lib.mc_event(sim, data.draw(st.integers(0, 2**32 - 1)), reached, fired)
+    lib.mc_event(sim, 0, ffi.NULL, ffi.NULL)
+    held = [ffi.new("uint64_t *") for _ in range(3)]
+    lib.mc_held(sim, *held)
+    lib.mc_held(sim, ffi.NULL, ffi.NULL, ffi.NULL)
+    for count, take in ((lib.mc_event_count, lib.mc_event_ids),
+                        (lib.mc_layer_count, lib.mc_layer_ids)):
+        n = count(sim)
+        ids = ffi.new("uint32_t[]", n + 1)
+        assert take(sim, ids, n + 1) == n
+        assert take(sim, ffi.NULL, 0) == 0
+        assert take(sim, ffi.NULL, 5) == 0
+    start, end, nreq = (ffi.new("uint64_t *") for _ in range(3))
+    lib.mc_layer_span(sim, data.draw(UINT64), start, end, nreq)
+    assert lib.mc_layer_span(sim, 0, ffi.NULL, end, nreq) == lib.MC_ERR_ARG
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cfg=configs(), rows=st.lists(RECORD, max_size=40),
+       chunks=st.lists(st.integers(1, 12), max_size=4), data=st.data())
+def test_hostile_calls_of_the_c_api_return_codes(cfg, rows, chunks, data):
+    errlen = data.draw(st.sampled_from([-5, 0, 1, 2, 8, 512]))
+    err = ffi.new("char[]", 600) if data.draw(st.booleans()) or errlen <= 0 else ffi.NULL
+    sim = lib.mc_new(cfg, err, errlen)
+    event("refused by mc_new" if sim == ffi.NULL else "a simulator")
+    if sim == ffi.NULL:
+        if err != ffi.NULL and errlen > 0:
+            msg = ffi.string(err)
+            assert len(msg) < errlen and (msg or errlen == 1)   # says why, within errlen
+        return
+    try:
+        lib.mc_set_window(sim, data.draw(st.sampled_from([0, 1, 2, 7, 2**62, 2**64 - 1])))
+        if data.draw(st.booleans()) and all(r[0] <= 2000 and r[2] <= 2000 for r in rows):
+            # (a command log lists every refresh: with it, a request 2^60 cycles on, or a long
+            # DELAY, means 2^48 refreshes simulated and logged one by one)
+            lib.mc_cmdlog_enable(sim, data.draw(st.sampled_from([0, 1, 3, 1000])))
+        logged = [0]
+        rc = _feed_all(sim, rows, chunks, logged)
+        if rc == lib.MC_OK:
+            for _ in range(100_000):
+                rc = lib.mc_finish(sim)
+                assert rc in CODES
+                _drain(sim, logged)
+                if rc != lib.MC_PAUSED:
+                    break
+            else:
+                raise AssertionError("mc_finish does not finish")
+        event(f"run: {'finished' if rc == lib.MC_OK else 'error ' + str(rc)}")
+        consumed = ffi.new("uint64_t *")
+        one = _records([(0, 0, 0, 0, 0, 0)])
+        after = lib.mc_feed(sim, one, 1, 1, consumed)
+        assert after in ERRORS and consumed[0] == 0          # after mc_finish or an error
+        assert lib.mc_feed(sim, ffi.NULL, 3, 0, consumed) in ERRORS
+        assert lib.mc_feed(sim, one, 1, 0, ffi.NULL) == lib.MC_ERR_ARG
+        _getters(sim, cfg, data)
+        if rc == lib.MC_OK:                                   # a finished run adds up
+            s = ffi.new("mc_summary *")
+            lib.mc_get_summary(sim, s)
+            cs = ffi.new("mc_chan_stats *")
+            total = 0
+            for who in (0, 1):
+                for ch in range(cfg.channels * cfg.pseudo_channels):
+                    assert lib.mc_get_chan_stats(sim, who, ch, cs) == lib.MC_OK
+                    total += cs.reads + cs.writes
+            assert total == s.requests
+            assert s.requests == sum(1 for r in rows if r[3] in (0, 1))
+    finally:
+        lib.mc_free(sim)
+
+
+def test_a_null_simulator_is_refused_by_every_entry_point():
+    consumed, out = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    null = ffi.NULL
+    assert lib.mc_feed(null, null, 0, 1, consumed) == lib.MC_ERR_ARG
+    assert lib.mc_finish(null) == lib.MC_ERR_ARG
+    assert lib.mc_get_summary(null, ffi.new("mc_summary *")) == lib.MC_ERR_ARG
+    assert lib.mc_get_chan_stats(null, 0, 0, ffi.new("mc_chan_stats *")) == lib.MC_ERR_ARG
+    assert lib.mc_latency_percentile(null, 0, 0, 0.5, out) == lib.MC_ERR_ARG
+    assert lib.mc_mode_switches(null, 0, out) == lib.MC_ERR_ARG
+    assert lib.mc_get_energy(null, 0, 0, ffi.new("mc_energy *")) == lib.MC_ERR_ARG
+    assert lib.mc_decode(null, 0, ffi.new("int64_t[]", lib.MC_F_COUNT)) == lib.MC_ERR_ARG
+    assert lib.mc_layer_span(null, 0, out, out, out) == lib.MC_ERR_ARG
+    assert ffi.string(lib.mc_error(null))
+    assert lib.mc_event_count(null) == 0 and lib.mc_layer_count(null) == 0
+    assert lib.mc_event_ids(null, ffi.new("uint32_t[]", 4), 4) == 0
+    assert lib.mc_layer_ids(null, ffi.new("uint32_t[]", 4), 4) == 0
+    assert lib.mc_cmdlog_take(null, ffi.new("mc_cmd[]", 4), 4) == 0
+    assert lib.mc_modelog_take(null, out, ffi.new("uint32_t *"), ffi.new("uint8_t *"), 1) == 0
+    assert lib.mc_completions_take(null, out, out, out, 1) == 0
+    lib.mc_event(null, 0, out, out)
+    lib.mc_held(null, out, out, out)
+    lib.mc_set_window(null, 5)
+    lib.mc_cmdlog_enable(null, 5)
+    lib.mc_free(null)
+    err = ffi.new("char[]", 64)
+    assert lib.mc_new(null, err, 64) == ffi.NULL and ffi.string(err)
+    assert lib.mc_run_text(null, 1, b"x", 0, 0, ffi.new("mc_text_pos *")) == lib.MC_ERR_ARG
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(text=st.one_of(st.binary(max_size=300), st.lists(st.sampled_from(
+    [b"0x40 READ 0", b"0X80 write 7", b"1f40\tP_MEM_RD 9", b"# c", b"", b"LD 0x40", b"st 64",
+     b"0x40 R", b"80 w", b"100", b"0x40 READ 18446744073709551616", b"0x40 READ 3 #x",
+     b"0x\xc3\xa9 READ 0", b"0x10000000000000000 READ 0", b"0x40 READ", b"\r"])).map(
+        lambda lines: b"\n".join(lines))),
+       fmt=st.integers(-1, 4), cap=st.sampled_from([0, 1, 0x200, 2**64 - 1]),
+       last=st.sampled_from([0, 5, 2**64 - 1]), room=st.integers(0, 6))
+def test_the_text_reader_takes_any_bytes(text, fmt, cap, last, room):
+    out = ffi.new("mc_record[]", max(room, 1))
+    n, used, lines, last_line = (ffi.new("uint64_t *") for _ in range(4))
+    buf = ffi.new("char[]", text)      # (exactly len(text) bytes are read: a NUL follows)
+    rc = lib.mc_text_parse(fmt, buf, len(text), cap, last, out, room, n, used, lines, last_line)
+    assert rc in (0, -1)
+    if rc == 0:
+        assert n[0] <= room and used[0] <= len(text) and lines[0] <= text.count(b"\n") + 1
+        assert fmt in (1, 2, 3) or n[0] == 0
+
+
+def test_mc_run_text_names_no_file_it_cannot_open(tmp_path):
+    part = load_part("hbm2")
+    from pimrt.memctl._native import ffi as own_ffi
+    cfg = ffi.new("mc_config *")
+    ffi.memmove(cfg, bytes(own_ffi.buffer(make_config(part, Options()))), ffi.sizeof(CONFIG))
+    sim = lib.mc_new(cfg, ffi.NULL, 0)
+    try:
+        pos = ffi.new("mc_text_pos *")
+        assert lib.mc_run_text(sim, 1, str(tmp_path / "none").encode(), 0, 0, pos) == \
+            lib.MC_TEXT_STOPPED
+        assert (pos.offset, pos.line, pos.records) == (0, 1, 0)
+        assert lib.mc_run_text(sim, 9, str(tmp_path).encode(), 0, 0, pos) == lib.MC_ERR_ARG
+        assert lib.mc_run_text(sim, 1, str(tmp_path).encode(), 0, 0, pos) == lib.MC_TEXT_STOPPED
+        assert lib.mc_run_text(sim, 1, ffi.NULL, 0, 0, pos) == lib.MC_ERR_ARG
+    finally:
+        lib.mc_free(sim)
