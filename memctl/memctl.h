@@ -27,6 +27,7 @@
 /* the latest arrival cycle (and epoch cap) the simulator represents: 2^60, far enough below
  * its internal "never" (2^61) that no timing sum after it reaches that */
 #define MC_MAX_CYCLE 1152921504606846976LL
+#define MC_LOG_GAP_REFRESHES 1000000 /* refresh intervals an idle gap may hold with the log on */
 
 /* record ops (pimrt.trace.records) */
 enum {

@@ -433,6 +433,18 @@ static int run(mc_sim *sim, int recs)
         tick next = recs ? frontend_next(sim) : NEVER;
         /* (outstanding requests, if any, can only be writes kept in a write buffer: nothing
          * may make them drain before the front end acts, skip_idle_refreshes checks the rest) */
+        /* with the command log on an idle gap is simulated refresh by refresh, each logged:
+         * a gap of more than MC_LOG_GAP_REFRESHES refresh intervals is refused, not a hang */
+        if (recs && sim->cfg.refresh && sim->log_on && next < NEVER &&
+            (next - t) / (tick)sim->cfg.tREFI > MC_LOG_GAP_REFRESHES)
+            return mc_set_error(sim, MC_ERR_TRACE,
+                                "the trace's next record acts at cycle %lld, %lld cycles after "
+                                "cycle %lld: with the command log on every refresh in that idle "
+                                "gap (%lld a rank) is simulated and logged, and more than %d is "
+                                "refused; run without the command log or shorten the gap",
+                                (long long)next, (long long)(next - t), (long long)t,
+                                (long long)((next - t) / (tick)sim->cfg.tREFI),
+                                MC_LOG_GAP_REFRESHES);
         if (recs && sim->cfg.refresh && !sim->log_on && next < NEVER &&
             next - t > 4 * (tick)sim->cfg.tREFI &&
             (sim->outstanding == 0 || (!sim->fe_end && !sim->fe_barrier && !sim->npending)))

@@ -473,3 +473,19 @@ def test_memsim_signal_id_of_a_hundred_million(tmp_path):
     assert proc.returncode == 0, stderr
     assert "2 requests" in stdout
     assert usage.ru_maxrss < 1_000_000                 # KiB: < 1 GB
+
+
+def test_a_failed_run_leaves_the_command_log_that_was_there(tmp_path):
+    """The command log is written under a temporary name and renamed at the end: a run that
+    fails (here an idle gap too long to log) leaves the earlier log whole, and no temporary."""
+    import subprocess
+    import sys
+    log = tmp_path / "log.csv"
+    log.write_text("the earlier log\n")
+    far = tmp_path / "far.trace"
+    far.write_text("0 host R 0x0\n1000000000000 host R 0x40\n")
+    r = subprocess.run([sys.executable, "-m", "pimrt", "memsim", str(far), "--quiet",
+                        "--cmdlog", str(log)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "with the command log on" in r.stderr
+    assert log.read_text() == "the earlier log\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["far.trace", "log.csv"]

@@ -512,6 +512,37 @@ static void watermark_beyond_int_is_refused(void)
     mc_free(sim);
 }
 
+/* an idle gap of 10^12 cycles with the command log on: refused with the arithmetic, not
+ * simulated refresh by refresh (which would run for hours and log billions of commands) */
+static void long_gap_with_log_is_refused(void)
+{
+    char err[256];
+    mc_config k = hbm2("authority");
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    CHECK(sim != NULL, "gap+log: mc_new failed: %s", err);
+    if (!sim) return;
+    mc_cmdlog_enable(sim, 4096);
+    mc_record r[2] = {{0, 0, 0, MC_READ, MC_HOST, 0},
+                      {1000000000000LL, 0x100000, 0, MC_READ, MC_HOST, 0}};
+    mc_cmd cmds[4096];
+    uint64_t done = 0, consumed = 0;
+    int rc = MC_PAUSED;
+    while (rc == MC_PAUSED) {
+        rc = mc_feed(sim, r + done, 2 - done, 1, &consumed);
+        done += consumed;
+        mc_cmdlog_take(sim, cmds, 4096);
+    }
+    while (rc == MC_OK || rc == MC_PAUSED) {
+        rc = mc_finish(sim);
+        mc_cmdlog_take(sim, cmds, 4096);
+        if (rc == MC_OK) break;
+    }
+    CHECK(rc == MC_ERR_TRACE && strstr(mc_error(sim), "command log on") &&
+              strstr(mc_error(sim), "cycle 1000000000000"),
+          "gap+log: rc %d: %s", rc, mc_error(sim));
+    mc_free(sim);
+}
+
 /* the watchdog: a refresh that leaves no room (set behind check_config's back, as a bug
  * would) is reported as a livelock naming the channel, not a hang */
 static void watchdog_reports_livelock(void)
@@ -791,6 +822,7 @@ int main(void)
     round_robin_takes_turns();
     short_epoch_cap_progresses();
     watermark_beyond_int_is_refused();
+    long_gap_with_log_is_refused();
     watchdog_reports_livelock();
     refused_configs();
     api_arguments();

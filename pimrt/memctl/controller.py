@@ -2,6 +2,7 @@
 collect statistics and the command log."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import functools
@@ -162,15 +163,25 @@ def pim_banks(part: Part, opts: Options) -> tuple[int, ...]:
 
 
 class CommandLog:
-    """Writes the command log as CSV (docs/memctl.md), chunk by chunk."""
+    """Writes the command log as CSV (docs/memctl.md), chunk by chunk. A log given as a path
+    goes through pimrt.output.atomic_open: written under a temporary name beside it and
+    renamed when the run ends well (close(ok=True)), so a run that fails leaves the file that
+    was there before, or none (a device or a pipe is written in place)."""
+
+    class _Failed(Exception):
+        pass
 
     def __init__(self, out: str | pathlib.Path | IO[str]):
+        from pimrt.output import atomic_open
         self._own = not hasattr(out, "write")
         self.name = str(out) if self._own else getattr(out, "name", "command log")
+        self._stack = contextlib.ExitStack()
         try:
-            self.file = open(out, "w", newline="") if self._own else out
+            self.file = (self._stack.enter_context(atomic_open(out, "w", newline=""))
+                         if self._own else out)
             self.file.write(CMDLOG_HEADER + "\n")
         except OSError as exc:
+            self._stack.close()
             raise _write_error(self.name, exc) from None
         self.count = 0
 
@@ -195,12 +206,20 @@ class CommandLog:
             raise _write_error(self.name, exc) from None
         self.count += len(cmds)
 
-    def close(self) -> None:
-        if self._own:
+    def close(self, ok: bool = True) -> None:
+        """ok: the run ended well (the log takes its name); else its temporary is removed."""
+        if not self._own:
+            return
+        if ok:
             try:
-                self.file.close()
+                self._stack.close()
             except OSError as exc:
                 raise _write_error(self.name, exc) from None
+        else:
+            try:
+                self._stack.__exit__(CommandLog._Failed, CommandLog._Failed(), None)
+            except Exception:   # the sentinel coming back out, or a failed unlink: the
+                pass            # run's own error is the one to report
 
 
 def _write_error(name: str, exc: OSError):
@@ -489,6 +508,7 @@ def run_trace(chunks: Iterable[np.ndarray], part: Part | str, options: Options |
     if options.window is None:
         options = dataclasses.replace(options, window=TRACE_WINDOW)
     log = CommandLog(cmdlog) if cmdlog is not None else None
+    ok = False
     try:
         ctl = Controller(part, options, cmdlog=log)
         rest = chunks
@@ -507,9 +527,10 @@ def run_trace(chunks: Iterable[np.ndarray], part: Part | str, options: Options |
                 if progress is not None:
                     progress(len(chunk))
         ctl.finish(where)
+        ok = True
     finally:
         if log is not None:
-            log.close()
+            log.close(ok)
     names = layer_names if layer_names is not None else getattr(chunks, "layer_names", None)
     return ctl.stats(names)
 
