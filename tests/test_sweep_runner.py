@@ -126,3 +126,51 @@ def test_a_worker_with_other_code_is_refused(tmp_path):
     assert result.done == 0 and len(result.failed) == 2
     assert all("worker here runs other simulator code (fingerprint c0de; this client's is "
                "other)" in why for _, why in result.failed)
+
+
+class Inline:
+    """Each task run at once in this process, through the worker's own run_task."""
+    retries_lost = False
+
+    class Done:
+        def __init__(self, result):
+            self.result = result
+
+    def slots(self):
+        return 2
+
+    def submit(self, kind, options, needs):
+        from pimrt.sweep.worker import run_task
+        return self.Done(run_task(kind, options, tuple(needs),
+                                  *(h.result for h in needs.values())))
+
+    def wait(self, handles, seconds):
+        return set(handles)
+
+    def outcome(self, h):
+        return "ok", h.result
+
+    def release(self, h):
+        pass
+
+    def close(self, cancel=False):
+        pass
+
+
+def test_the_functional_check_is_a_baseline_its_points_share(tmp_path):
+    """functional = "golden" in both policies of a system: one check, in both summaries."""
+    from pimrt.sweep.code import fingerprint
+    p = tmp_path / "s.toml"
+    p.write_text('[fixed]\nmodel = "resnet_cifar_20"\nbatch = 2\ninput = 32\n'
+                 'functional = "golden"\n[grid]\npolicy = ["serial", "authority"]\n')
+    spec = specs.load(p)
+    store = Store.open(tmp_path / "out", spec)
+    store.start()
+    result = runner.run(spec, store, Inline(), quiet=True,
+                        code=fingerprint()["fingerprint"])
+    assert result.done == 2 and not result.failed
+    assert dict(result.tasks) == {"serial": 1, "gpu_only": 1, "bound": 1, "functional": 1,
+                                  "point": 2}
+    checks = [json.loads((store.folder(q) / "summary.json").read_text())["functional"]
+              for q in spec.points]
+    assert checks[0] == checks[1] and checks[0]
