@@ -32,8 +32,15 @@ def _files() -> list[pathlib.Path]:
             for pattern in patterns:
                 out += [p for p in (ROOT / folder).glob(pattern) if p.is_file()]
     else:                             # an installed package: the C code as it was built
-        out += [p for p in PACKAGE.glob("_memctl*") if p.is_file()]
+        out += [p for p in map(PACKAGE.joinpath, built_extensions()) if p.is_file()]
     return sorted(set(out))
+
+
+def built_extensions() -> list[str]:
+    """The names the compiled memctl extension may have in the package (not the C file or
+    object file an in-place build leaves beside it)."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+    return [f"_memctl{suffix}" for suffix in EXTENSION_SUFFIXES]
 
 
 @functools.cache
