@@ -1,7 +1,8 @@
 """`pimrt sweep` end to end on a tiny grid (ResNet-20 for CIFAR, batch 2, 32x32): each point
-as `pimrt run` times it, baselines shared, the same files from local processes and a Dask
-LocalCluster, resumed without re-running, a failed or lost point recorded without stopping the
-others, plots."""
+as `pimrt run` times it, each shared baseline run once as its own task, the same files from
+local processes and a Dask LocalCluster, resumed without re-running, a folder of another spec
+or other simulator code refused, a failed or lost point recorded without stopping the others,
+plots."""
 import csv
 import json
 import pathlib
@@ -42,18 +43,31 @@ def swept(tmp_path_factory):
     return d
 
 
-def test_each_point_is_the_run_pimrt_run_times(swept, tmp_path, capsys):
+@pytest.mark.parametrize("policy", ["authority", "serial"])
+def test_each_point_is_the_run_pimrt_run_times(swept, tmp_path, policy):
+    """A point run after its baselines, in another process than they ran in, is `pimrt run`'s
+    run to the last digit and byte (the serial point is the serial baseline's report)."""
     rs = rows(swept / "out")
     assert [(r["index"], r["status"], r["policy"], r["set.pim.lanes"]) for r in rs] == [
         ("1", "done", "serial", "8"), ("2", "done", "serial", "16"),
         ("3", "done", "authority", "8"), ("4", "done", "authority", "16")]
-    auth8 = next(r for r in rs if r["policy"] == "authority" and r["set.pim.lanes"] == "8")
+    row = next(r for r in rs if r["policy"] == policy and r["set.pim.lanes"] == "8")
     assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--input", "32",
-                 "--functional", "none", "--quiet", "--out", str(tmp_path / "run")]) == 0
+                 "--policy", policy, "--functional", "none", "--quiet",
+                 "--out", str(tmp_path / "run")]) == 0
     ran = json.loads((tmp_path / "run" / "summary.json").read_text())
     for key in ("step_ms", "serial_step_ms", "gpu_only_step_ms", "bound_step_ms",
-                "lower_bound_step_ms", "mode_switches", "requests", "speedup_vs_gpu_only"):
-        assert float(auth8[key]) == pytest.approx(ran[key], rel=1e-12), key
+                "lower_bound_step_ms", "mode_switches", "requests", "speedup_vs_gpu_only",
+                "speedup_vs_serial", "step_vs_bound"):
+        assert float(row[key]) == ran[key], key
+    folder = swept / "out" / "points" / row["id"]
+    assert (tmp_path / "run" / "layers.csv").read_bytes() == \
+        (folder / "layers.csv").read_bytes()
+
+
+def test_auth8_folder_is_what_pimrt_run_writes(swept):
+    rs = rows(swept / "out")
+    auth8 = next(r for r in rs if r["policy"] == "authority" and r["set.pim.lanes"] == "8")
     # the point's folder is what pimrt run writes
     folder = swept / "out" / "points" / auth8["id"]
     for f in ("summary.json", "layers.csv", "trace.json", "timeline.png", "layer_speedup.png"):
@@ -62,7 +76,28 @@ def test_each_point_is_the_run_pimrt_run_times(swept, tmp_path, capsys):
     assert s["plots"] == [str(folder / "timeline.png"), str(folder / "layer_speedup.png"),
                           str(folder / "energy.png")]
     assert s["sweep"]["values"] == {"policy": "authority", "set.pim.lanes": 8}
-    assert (tmp_path / "run" / "layers.csv").read_text() == (folder / "layers.csv").read_text()
+    from pimrt.sweep.code import fingerprint
+    assert s["sweep"]["code"] == auth8["code"] == fingerprint()["fingerprint"]
+
+
+def test_each_baseline_runs_once_as_its_own_task(swept):
+    """Two systems (8 and 16 lanes), two policies each: a serial, a GPU-only step and a bound
+    per system, then the four points; DIR/tasks.csv has a row per task that ran."""
+    with open(swept / "out" / "tasks.csv", newline="") as f:
+        tasks = list(csv.DictReader(f))
+    kinds = [t["kind"] for t in tasks]
+    assert sorted(kinds) == sorted(["serial", "gpu_only", "bound"] * 2 + ["point"] * 4)
+    assert len({t["key"] for t in tasks}) == len(tasks)           # none ran twice
+    assert all(t["status"] == "done" and t["worker"] and float(t["wall_s"]) > 0
+               for t in tasks)
+    # a point comes back after every baseline of its system
+    order = {t["key"]: i for i, t in enumerate(tasks)}
+    for r in rows(swept / "out"):
+        group = json.loads((swept / "out" / "sweep.json").read_text())["points"][
+            int(r["index"]) - 1]["group"]
+        base = [i for k, i in order.items() if k.split()[0] != "point" and
+                k.split()[1] == group]
+        assert len(base) == 3 and order[f"point {r['id']}"] > max(base)
 
 
 def test_a_part_key_is_the_part_with_that_key(swept):
@@ -144,6 +179,41 @@ def test_a_folder_of_another_spec_is_refused_unless_forced(swept, tmp_path, caps
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     assert main(["sweep", str(other), "--out", str(tmp_path / "busy"), "--quiet"]) == 2
     assert "not empty and not a sweep's results folder" in capsys.readouterr().err
+
+
+def test_a_folder_of_other_simulator_code_is_refused_unless_allowed(swept, tmp_path, capsys):
+    out = tmp_path / "o"
+    shutil.copytree(swept / "out", out)
+    (out / ".pimrt.lock").unlink(missing_ok=True)
+    held = json.loads((out / "sweep.json").read_text())
+    from pimrt.sweep.code import fingerprint
+    now = fingerprint()
+    assert held["code"] == now and held["earlier_code"] == []
+    old = {"fingerprint": "0123456789abcdef",
+           "files": dict(now["files"], **{"pimrt/runtime/timing.py": "000000000000"})}
+    (out / "sweep.json").write_text(json.dumps(dict(held, code=old)))
+    spec = str(swept / "tiny.toml")
+    capsys.readouterr()
+    assert main(["sweep", spec, "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == (
+        f"pimrt sweep: error: --out {out}: its points were made with simulator code "
+        f"0123456789abcdef; this pimrt is {now['fingerprint']}: pimrt/runtime/timing.py "
+        f"changed; sweep into a new folder, or --allow-code-change to add points made with "
+        f"this code to it (the finished ones are kept; results.csv's code column says which "
+        f"code made each)"), err
+    assert main(["sweep", spec, "--out", str(out), "--quiet", "--force"]) == 2   # not that
+    capsys.readouterr()
+    assert main(["sweep", spec, "--out", str(out), "--quiet", "--allow-code-change"]) == 0
+    assert "4 of 4 points were finished before: skipped" in capsys.readouterr().out
+    held = json.loads((out / "sweep.json").read_text())
+    assert held["code"] == now and held["earlier_code"] == ["0123456789abcdef"]
+    # a folder from before pimrt recorded its code
+    del held["code"]
+    (out / "sweep.json").write_text(json.dumps(held))
+    assert main(["sweep", spec, "--out", str(out), "--quiet"]) == 2
+    assert "made with a pimrt that did not record its simulator code" in \
+        capsys.readouterr().err
 
 
 def test_plot_a_column_against_an_axis(swept, capsys):

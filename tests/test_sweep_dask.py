@@ -92,7 +92,7 @@ def test_a_sweep_on_a_scheduler_and_two_workers(tmp_path, capsys):
     text = capsys.readouterr().out
     assert f"on the Dask scheduler at {address}" in text
     assert "ran: 4 points done, 0 failed" in text
-    # the worker that built crash.py:once died; Dask ran the group again on a live one
+    # the worker that built crash.py:once died; Dask ran its task again on a live one
     assert (tmp_path / "once.flag").exists()
     with open(tmp_path / "out" / "results.csv", newline="") as f:
         rs = list(csv.DictReader(f))
@@ -103,3 +103,9 @@ def test_a_sweep_on_a_scheduler_and_two_workers(tmp_path, capsys):
         a, b = by[("resnet_cifar_20", policy)], by[("crash.py:once", policy)]
         assert a["step_ms"] == b["step_ms"] and a["gpu_only_step_ms"] == b["gpu_only_step_ms"]
     assert all(r["worker"] for r in rs)
+    # each baseline once, as its own task
+    with open(tmp_path / "out" / "tasks.csv", newline="") as f:
+        tasks = list(csv.DictReader(f))
+    assert sorted(t["kind"] for t in tasks) == \
+        sorted(["serial", "gpu_only", "bound"] * 2 + ["point"] * 4)
+    assert len({t["key"] for t in tasks}) == len(tasks)

@@ -1,5 +1,6 @@
-"""`pimrt sweep`'s spec: the points of a grid crossed with a list of points, their ids and
-groups, and every bad input refused with one line before any work (nothing written)."""
+"""`pimrt sweep`'s spec: the points of a grid crossed with a list of points, their ids, the
+baseline tasks they share, and every bad input refused with one line before any work (nothing
+written)."""
 import json
 
 import pytest
@@ -9,6 +10,14 @@ from hypothesis import strategies as st
 from pimrt.cli import main
 from pimrt.sweep import spec as specs
 from pimrt.sweep.spec import PER_POINT
+from pimrt.sweep.tasks import plan
+
+
+def systems(s) -> dict:
+    out: dict = {}
+    for p in s.points:
+        out.setdefault(p.group, []).append(p)
+    return out
 
 TINY = """
 [fixed]
@@ -48,11 +57,21 @@ host_set.compute.efficiency = 0.5
     assert all(p.options["host_part"] == "v100_tc" for p in tc)
     assert specs.part_keys(tc[0].options) == ({"pim": {"lanes": 8}},
                                               {"compute": {"efficiency": 0.5}})
-    # a group shares its baselines: the same system, policies apart
-    groups = s.groups()
+    # a system's points share its baselines: the same system, policies apart
+    groups = systems(s)
     assert len(groups) == 4 and all(len(g) == 2 for g in groups.values())
     assert all({p.values["policy"] for p in g} == {"serial", "authority"}
                for g in groups.values())
+    # one task per baseline of a system, one per point after them
+    tasks = plan(s.points)
+    kinds = [t.kind for t in tasks.values()]
+    assert kinds.count("point") == 8
+    assert kinds.count("serial") == kinds.count("gpu_only") == kinds.count("bound") == 4
+    for t in tasks.values():
+        if t.kind == "point":
+            assert [tasks[n].kind for n in t.needs] == ["serial", "gpu_only", "bound"]
+            assert all(tasks[n].key.split()[1] == t.point.group for n in t.needs)
+            assert list(tasks).index(t.key) > max(list(tasks).index(n) for n in t.needs)
 
 
 def test_ids_name_the_run_not_the_spec(tmp_path):
@@ -90,10 +109,16 @@ def test_points_are_the_product_and_groups_share_all_but_per_point_options(
         s = specs.load(write(pathlib.Path(d), text))
     assert len(s.points) == len(policies) * len(groups) * len(lanes) * max(variants, 1)
     assert len({p.id for p in s.points}) == len(s.points)
-    for g in s.groups().values():
+    for g in systems(s).values():
         shared = [{k: v for k, v in p.options.items() if k not in PER_POINT} for p in g]
         assert all(o == shared[0] for o in shared)
-    assert len(s.groups()) == len(lanes) * max(variants, 1)
+    n_systems = len(lanes) * max(variants, 1)
+    assert len(systems(s)) == n_systems
+    # a serial and a GPU-only step per system, a bound per system and groups; a task each
+    kinds = [t.kind for t in plan(s.points).values()]
+    assert kinds.count("serial") == kinds.count("gpu_only") == n_systems
+    assert kinds.count("bound") == n_systems * len(groups)
+    assert kinds.count("point") == len(s.points)
 
 
 BAD = [
@@ -156,7 +181,8 @@ def test_a_grid_over_the_limit_needs_yes(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run", "--yes",
                  "--quiet"]) == 0
-    assert "201 points in 201 groups" in capsys.readouterr().out
+    assert "201 points and 603 baselines they share, simulator code " in \
+        capsys.readouterr().out
     # a grid far too large is refused before its points are made
     huge = write(tmp_path, TINY + "[grid]\n" + "".join(f"set.pim.{k} = {list(range(1, 101))}\n"
                            for k in ("lanes", "mode_switch_cycles", "clock_ratio"))
@@ -194,7 +220,7 @@ def test_the_documented_sensitivity_spec_is_the_bench_s_variants():
     from pimrt.runtime.timing import DEFAULT_GROUPS
     s = specs.load(pathlib.Path(__file__).resolve().parents[1] / "docs" /
                    "sweep-sensitivity.toml")
-    assert len(s.points) == 5 * len(VARIANTS) and len(s.groups()) == len(s.points)
+    assert len(s.points) == 5 * len(VARIANTS) and len(systems(s)) == len(s.points)
     for p in s.points:
         _, overrides, host = VARIANTS[p.values["variant"]]
         mem, host_keys = specs.part_keys(p.options)

@@ -32,6 +32,11 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true",
                    help="run in a folder that holds another spec's results (the finished "
                         "points both specs have are kept)")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="run in a folder whose points were made with other simulator code "
+                        "(pimrt's sources, memctl's C, the PIM Verilog and cycle table): the "
+                        "finished points are kept, results.csv's code column says which code "
+                        "made each")
     p.add_argument("--retry-failed", action="store_true",
                    help="run the points that failed before again (skipped by default)")
     p.add_argument("--dry-run", action="store_true",
@@ -77,28 +82,33 @@ def run(args) -> int:
     from pimrt.sweep.check import check_points
     spec = specs.load(src, None if args.yes else LIMIT)
     n = len(spec.points)
+    from pimrt.sweep.code import fingerprint
+    code = fingerprint()                                    # once per sweep
     store = None
     if args.out is not None:
         from pimrt.sweep.store import Store
-        store = Store.open(args.out, spec, args.force)     # before any work
+        store = Store.open(args.out, spec, args.force, code,  # before any work
+                           args.allow_code_change)
     check_points(spec, args.quiet)
-    groups = len(spec.groups())
+    from pimrt.sweep.tasks import plan
+    baselines = sum(t.kind != "point" for t in plan(spec.points).values())
     if args.dry_run:
         for p in spec.points:
             print(f"{p.index + 1:>5} {p.id}  " + ", ".join(f"{k}={v}"
                                                          for k, v in p.values.items()))
-        print(f"{_count(n, 'point')} in {_count(groups, 'group')} sharing their baselines: "
-              f"all check out")
+        print(f"{_count(n, 'point')} and {_count(baselines, 'baseline')} they share, "
+              f"simulator code {code['fingerprint']}: all check out")
         return 0
     from pimrt.sweep import executors, runner
     ex = executors.executor(args.jobs, args.scheduler, args.timeout)
     started = time.perf_counter()
     try:
         store.start()
-        print(f"sweep {spec.name}: {_count(n, 'point')} ({', '.join(spec.axes)}) in "
-              f"{_count(groups, 'group')} sharing their baselines, on {ex.describe}",
-              flush=True)
-        result = runner.run(spec, store, ex, args.quiet, args.retry_failed)
+        print(f"sweep {spec.name}: {_count(n, 'point')} ({', '.join(spec.axes)}) and "
+              f"{_count(baselines, 'baseline')} they share, on {ex.describe}; simulator "
+              f"code {code['fingerprint']}", flush=True)
+        result = runner.run(spec, store, ex, args.quiet, args.retry_failed,
+                            code["fingerprint"])
     except BaseException:
         ex.close(cancel=True)
         raise

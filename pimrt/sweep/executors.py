@@ -1,11 +1,16 @@
-"""Where a sweep's groups of points run: local processes (`--jobs N`, one core each, spawned so
-no torch state is forked) or a Dask cluster (`--scheduler tcp://HOST:PORT`, or `local:N` for a
-LocalCluster of N one-thread workers). Both give the runner the same four calls: slots()
-(groups to keep in flight), submit(points), wait(handles, seconds) and outcome(handle) ->
-("ok", results) | ("lost", why) | ("error", why). "lost" is a worker that died under the
-group: the runner submits it once more; Dask retries such a task itself on another worker
-(its scheduler's distributed.scheduler.allowed-failures; a LocalCluster is given 1) and then
-reports it lost for good."""
+"""Where a sweep's tasks run (pimrt/sweep/tasks.py): local processes (`--jobs N`, one core each,
+spawned so no torch state is forked) or a Dask cluster (`--scheduler tcp://HOST:PORT`, or
+`local:N` for a LocalCluster of N one-thread workers). Both give the runner the same calls:
+slots() (tasks to keep in flight), submit(kind, options, needs) with `needs` the finished
+handles of the tasks it takes results from ({kind: handle}), wait(handles, seconds),
+outcome(handle) -> ("ok", result) | ("lost", why) | ("error", why), and release(handle) when
+no task needs a result any more. Locally a task's inputs go through the client (the results of
+its baselines, kept there until their last point is sent); on Dask they are the baselines'
+futures, so the scheduler moves them between workers and runs the point where they are.
+"lost" is a worker that died under the task: the runner submits it once more; Dask retries
+such a task itself on another worker (its scheduler's distributed.scheduler.allowed-failures;
+a LocalCluster is given 1) and then reports it lost for good, and recomputes a finished
+baseline whose worker died before its points ran."""
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -25,9 +30,9 @@ def _worker_init() -> None:
 
 
 class LocalExecutor:
-    """N spawned worker processes. A worker that dies breaks the pool: every group in flight
+    """N spawned worker processes. A worker that dies breaks the pool: every task in flight
     is reported lost and the pool is started again for the next submissions."""
-    retries_lost = True              # the runner resubmits a lost group once
+    retries_lost = True              # the runner resubmits a lost task once
 
     def __init__(self, jobs: int):
         if jobs < 1:
@@ -47,13 +52,17 @@ class LocalExecutor:
     def slots(self) -> int:
         return self.jobs
 
-    def submit(self, points: list[dict]):
-        from pimrt.sweep.worker import run_group
+    def submit(self, kind: str, options: dict, needs: dict):
+        from pimrt.sweep.worker import run_task
+        args = (kind, options, tuple(needs), *(h.result() for h in needs.values()))
         try:
-            return self._pool().submit(run_group, points)
+            return self._pool().submit(run_task, *args)
         except cf.process.BrokenProcessPool:
             self._restart()
-            return self._pool().submit(run_group, points)
+            return self._pool().submit(run_task, *args)
+
+    def release(self, handle) -> None:
+        pass                         # the client's reference is all there is
 
     def wait(self, handles, seconds: float):
         done, _ = cf.wait(handles, timeout=seconds, return_when=cf.FIRST_COMPLETED)
@@ -76,7 +85,7 @@ class LocalExecutor:
     def close(self, cancel: bool = False) -> None:
         if self.pool is None:
             return
-        if cancel:                   # Ctrl-C: stop the groups running now, not after them
+        if cancel:                   # Ctrl-C: stop the tasks running now, not after them
             for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
                 proc.terminate()
         self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
@@ -126,9 +135,13 @@ class DaskExecutor:
     def slots(self) -> int:
         return max(1, sum(self.client.nthreads().values()))
 
-    def submit(self, points: list[dict]):
-        from pimrt.sweep.worker import run_group
-        return self.client.submit(run_group, points, pure=False)
+    def submit(self, kind: str, options: dict, needs: dict):
+        from pimrt.sweep.worker import run_task
+        return self.client.submit(run_task, kind, options, tuple(needs), *needs.values(),
+                                  pure=False)
+
+    def release(self, handle) -> None:
+        handle.release()
 
     def wait(self, handles, seconds: float):
         import distributed

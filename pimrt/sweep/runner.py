@@ -1,11 +1,14 @@
-"""The sweep's loop: the groups with unfinished points go to the executor (as many in flight
-as it has slots, so what runs is what is in flight), each point is recorded the moment its
-group comes back, and a bar shows the points done, running and failed with the time left.
+"""The sweep's loop over its tasks (pimrt/sweep/tasks.py): a task goes to the executor once the
+tasks it needs are done (as many in flight as the executor has slots; points that are ready go
+before new baselines, so finished points come early), each point is recorded the moment it
+comes back, and a bar shows the points done, running and failed with the time left.
 
-A local worker process that dies takes the whole pool with it, so every group in flight is
-"lost" though only one was to blame: each is submitted once more, alone (nothing else in
-flight), so a second loss is its own and it is recorded as failed. Dask retries a task whose
-worker died itself (its scheduler's allowed-failures) and reports it lost for good."""
+A baseline that fails fails every point that needs it, with an error naming the baseline
+(a re-run with --retry-failed runs it again); the baselines that only those points needed are
+not run. A local worker process that dies takes the whole pool with it, so every task in
+flight is "lost" though only one was to blame: each is submitted once more, alone (nothing
+else in flight), so a second loss is its own and it is recorded as failed. Dask retries a task
+whose worker died itself (its scheduler's allowed-failures) and reports it lost for good."""
 from __future__ import annotations
 
 import collections
@@ -21,74 +24,136 @@ class Outcome:
     done: int
     failed: list          # (point, error)
     interrupted: bool = False
+    tasks: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
-def pending_groups(spec, store, retry_failed: bool) -> list[list]:
-    """Each group's points that still have to run (a finished point is skipped; a failed one
-    only with retry_failed)."""
-    out = []
-    for points in spec.groups().values():
-        left = [p for p in points if not store.done(p)
-                and (retry_failed or not store.failed(p))]
-        if left:
-            out.append(left)
-    return out
+def pending_points(spec, store, retry_failed: bool) -> list:
+    """The points that still have to run (a finished point is skipped; a failed one only with
+    retry_failed)."""
+    return [p for p in spec.points
+            if not store.done(p) and (retry_failed or not store.failed(p))]
 
 
-def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False) -> Outcome:
+def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False,
+        code: str | None = None) -> Outcome:
+    """code: the client's simulator fingerprint; a task that comes back from other code is
+    refused (a cluster's worker with another pimrt)."""
     from tqdm import tqdm
-    groups = pending_groups(spec, store, retry_failed)
-    todo = sum(len(g) for g in groups)
-    result = Outcome(len(spec.points), len(spec.points) - todo, 0, [])
-    queue = collections.deque((g, 0) for g in groups)        # (points, times lost)
-    inflight: dict = {}
-    bar = tqdm(total=todo, unit="point", desc="sweep", file=sys.stderr,
+    from pimrt.sweep.tasks import plan
+    points = pending_points(spec, store, retry_failed)
+    tasks = plan(points)
+    result = Outcome(len(spec.points), len(spec.points) - len(points), 0, [])
+    waiting = {k: set(t.needs) for k, t in tasks.items()}
+    users = collections.Counter(n for t in tasks.values() for n in t.needs)
+    needed_by = collections.defaultdict(list)
+    for k, t in tasks.items():
+        for n in t.needs:
+            needed_by[n].append(k)
+    finished: dict = {}                                  # baseline key -> handle (ok)
+    ready = collections.deque(k for k, w in waiting.items() if not w)   # baselines, in order
+    ready_points: collections.deque = collections.deque()
+    retry: collections.deque = collections.deque()       # lost once: run again alone
+    inflight: dict = {}                                  # handle -> (key, times lost)
+    bar = tqdm(total=len(points), unit="point", desc="sweep", file=sys.stderr,
                disable=quiet or None, dynamic_ncols=True, smoothing=0.1)
 
-    def show(finished: int = 0):
-        running = sum(len(g) for g, _ in inflight.values())
-        bar.set_postfix_str(f"done {result.done}, running {running}, failed "
-                            f"{len(result.failed)}", refresh=not finished)
-        if finished:
-            bar.update(finished)
+    def show(finished_points: int = 0):
+        running = [tasks[k].kind for k, _ in inflight.values()]
+        base = sum(kind != "point" for kind in running)
+        bar.set_postfix_str(f"done {result.done}, running {len(running) - base}"
+                            f"{f' (+{base} baselines)' if base else ''}, failed "
+                            f"{len(result.failed)}", refresh=not finished_points)
+        if finished_points:
+            bar.update(finished_points)
 
-    def fail(points, why: str):
-        for p in points:
-            store.record(p, {"ok": False, "error": why, "detail": why})
-            result.failed.append((p, why))
-        show(len(points))
+    def drop(key: str):
+        """A task no point needs any more: its result is let go."""
+        for n in tasks[key].needs:
+            users[n] -= 1
+            if users[n] == 0 and n in finished:
+                ex.release(finished.pop(n))
+
+    def record(key: str, r: dict):
+        t = tasks[key]
+        store.log_task(t, r)
+        if t.kind == "point":
+            store.record(t.point, {**r, **r["value"]} if r["ok"] else r)
+            if r["ok"]:
+                result.done += 1
+            else:
+                result.failed.append((t.point, r["error"]))
+            drop(key)
+            show(1)
+            return
+        if r["ok"]:
+            if users[key] == 0:                  # its points failed through another baseline
+                ex.release(r["handle"])
+                return
+            finished[key] = r.pop("handle")
+            for k in needed_by[key]:
+                if k in waiting:
+                    waiting[k].discard(key)
+                    if not waiting[k]:
+                        del waiting[k]
+                        ready_points.append(k)
+            return
+        why = f"its {t.words()} failed: {r['error']}"
+        for k in needed_by[key]:
+            if k in waiting:                     # not failed already through another
+                del waiting[k]
+                p = tasks[k].point
+                store.record(p, {"ok": False, "error": why, "detail": r.get("detail") or why,
+                                 "worker": r.get("worker")})
+                result.failed.append((p, why))
+                drop(k)
+                show(1)
+
+    def fail(key: str, why: str):
+        record(key, {"ok": False, "error": why, "detail": why})
+
+    def next_task():
+        for queue in (ready_points, ready):
+            while queue:
+                k = queue.popleft()
+                if tasks[k].kind == "point" or users[k] > 0:
+                    return k, 0
+        return None
 
     try:
         show()
-        while queue or inflight:
-            while queue and len(inflight) < ex.slots():
-                if ex.retries_lost and (queue[0][1] and inflight or any(
+        while retry or ready or ready_points or inflight:
+            while len(inflight) < ex.slots():
+                if ex.retries_lost and (retry and inflight or any(
                         lost for _, lost in inflight.values())):
-                    break          # a lost group runs again alone: a second loss is its own
-                points, lost = queue.popleft()
-                h = ex.submit([{"id": p.id, "options": p.options} for p in points])
-                inflight[h] = (points, lost)
+                    break          # a lost task runs again alone: a second loss is its own
+                item = retry.popleft() if retry else next_task()
+                if item is None:
+                    break
+                key, lost = item
+                t = tasks[key]
+                h = ex.submit(t.kind, t.options, {tasks[n].kind: finished[n] for n in t.needs})
+                inflight[h] = (key, lost)
+                result.tasks[t.kind] += 1
             show()
+            if not inflight:
+                continue
             for h in ex.wait(list(inflight), 1.0):
-                points, lost = inflight.pop(h)
+                key, lost = inflight.pop(h)
                 kind, payload = ex.outcome(h)
                 if kind == "ok":
-                    by_id = {p.id: p for p in points}
-                    for r in payload:
-                        p = by_id[r["id"]]
-                        store.record(p, r)
-                        if r["ok"]:
-                            result.done += 1
-                        else:
-                            result.failed.append((p, r["error"]))
-                        show(1)
+                    if code is not None and payload.get("code") != code:
+                        fail(key, f"worker {payload.get('worker')} runs other simulator code "
+                                  f"(fingerprint {payload.get('code')}; this client's is "
+                                  f"{code}): install the same pimrt on every worker")
+                    else:
+                        record(key, {**payload, "handle": h})
                 elif kind == "lost" and ex.retries_lost and lost == 0:
-                    queue.appendleft((points, 1))           # once more, in a new process
+                    retry.appendleft((key, 1))           # once more, in a new process
                 elif kind == "lost":
-                    fail(points, f"worker lost twice: {payload}" if ex.retries_lost
+                    fail(key, f"worker lost twice: {payload}" if ex.retries_lost
                          else f"worker lost: {payload}")
                 else:
-                    fail(points, payload)
+                    fail(key, payload)
     except KeyboardInterrupt:
         result.interrupted = True
         ex.close(cancel=True)
@@ -107,8 +172,10 @@ def report(result: Outcome, store, started: float) -> str:
                      + (f" ({failed} of them failed: --retry-failed runs "
                         f"{'it' if failed == 1 else 'them'} again)" if failed else ""))
     verb = "interrupted" if result.interrupted else "ran"
+    ran = ", ".join(f"{n} {k}" for k, n in sorted(result.tasks.items()) if k != "point")
     lines.append(f"{verb}: {_n(result.done)} done, {len(result.failed)} failed, in "
-                 f"{time.perf_counter() - started:.1f} s")
+                 f"{time.perf_counter() - started:.1f} s"
+                 + (f" (baseline tasks run: {ran})" if ran else ""))
     if result.interrupted:
         lines.append("the finished points are kept: run the same command again to go on")
     for p, why in result.failed[:10]:

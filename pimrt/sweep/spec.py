@@ -14,7 +14,8 @@
 A point is `pimrt run`'s options (its defaults, then [fixed], then the grid's and the point's
 values). Its id is a hash of those options and of the files they name, so a point means the
 same run in any spec; points that differ only in policy, groups, slices, no_plan or
-functional share their baselines (GPU-only, serial host+PIM) and run as one group.
+functional share their system (`group`): its baselines (GPU-only, serial host+PIM) run once
+(pimrt/sweep/tasks.py).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from pimrt.sweep.options import (HOST_PREFIX, PART_PREFIX, canonical, check_valu
                                  run_options)
 
 TABLES = ("sweep", "fixed", "grid", "points")
-# options that do not change a point's baselines: its group runs those once
+# options that do not change a point's serial and GPU-only baselines (its system)
 PER_POINT = ("policy", "groups", "slices", "no_plan", "functional")
 FILE_OPTIONS = ("part", "host_part", "host_times")
 
@@ -42,7 +43,7 @@ class Point:
     id: str
     values: dict           # the axes' values of this point (what the results table shows)
     options: dict          # every option of the run, with the part keys (set.*, host_set.*)
-    group: str             # the id of the baselines it shares
+    group: str             # the id of its system, whose baselines it shares
 
 
 @dataclasses.dataclass
@@ -53,12 +54,6 @@ class Spec:
     fixed: dict
     points: list[Point]
     hash: str
-
-    def groups(self) -> dict[str, list[Point]]:
-        out: dict[str, list[Point]] = {}
-        for p in self.points:
-            out.setdefault(p.group, []).append(p)
-        return out
 
 
 HARD_LIMIT = 100_000      # points a spec may have even with --yes

@@ -1,19 +1,23 @@
 """A sweep's results folder:
 
-    DIR/sweep.json          the spec it holds (its hash, text, axes and points)
+    DIR/sweep.json          the spec it holds (its hash, text, axes and points) and the
+                            simulator code it was made with (pimrt/sweep/code.py)
     DIR/points/ID/          each finished point's folder, as `pimrt run --out` writes it
                             (summary.json last: a folder with it is finished)
     DIR/points/ID/error.json  a point that failed: its error, the traceback, the worker
     DIR/results.csv         a row per point of the spec: its axes, status and every scalar of
                             its summary.json (nested keys joined by dots); results.parquet too
                             when pyarrow is installed
+    DIR/tasks.csv           a row per task run (baselines and points): kind, key, status,
+                            worker, wall time; appended as they come back
 
 Each point is written the moment it finishes, so a sweep that stops keeps every finished
 point and a re-run skips them. A folder that holds another spec's results is refused unless
-told (--force)."""
+told (--force), and one made with other simulator code unless told (--allow-code-change)."""
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
 import pathlib
@@ -25,37 +29,59 @@ from pimrt.output import (atomic_open, atomic_write_text, check_out_dir, lock_ou
 # summary fields keyed by layer: a column per layer would not be a table of points
 PER_LAYER = {"deferred_weight_gradients", "sliced_layers", "plots"}
 LEAD = ("index", "id", "status")
+TASK_COLUMNS = ("finished", "kind", "key", "status", "worker", "wall_s", "error")
 
 
 class Store:
-    def __init__(self, root: pathlib.Path, spec):
+    def __init__(self, root: pathlib.Path, spec, code: dict | None = None,
+                 earlier: list | None = None):
         self.root, self.spec = root, spec
+        self.code = code or {}                  # this run's code fingerprint (code.py)
+        self.earlier = earlier or []            # fingerprints of the folder's earlier code
         self.rows: dict[str, dict] = {}         # point id -> its row in results.csv
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, root, spec, force: bool = False) -> "Store":
+    def open(cls, root, spec, force: bool = False, code: dict | None = None,
+             allow_code_change: bool = False) -> "Store":
         """Check (before any work) that `root` can hold this spec's results: a new or empty
-        folder, or one written by the same spec; another spec's only with force."""
+        folder, or one written by the same spec (another spec's only with force) with the
+        same simulator code `code` (other code's only with allow_code_change)."""
         root = pathlib.Path(root)
         check_out_dir(root, create=False)
         held = root / "sweep.json"
+        earlier: list = []
         if held.exists():
             try:
                 old = json.loads(held.read_text())
                 old_hash, old_name = old["spec_hash"], old.get("name", "?")
             except (OSError, ValueError, KeyError, TypeError):
-                old_hash, old_name = None, "unreadable"
+                old, old_hash, old_name = {}, None, "unreadable"
             if old_hash != spec.hash and not force:
                 raise ConfigError(
                     f"--out {root}: holds the results of another sweep ({old_name}, spec "
                     f"{old_hash}; this one is {spec.hash}); give another folder, or --force "
                     f"to run this spec there (finished points it shares are kept)")
+            old_code = old.get("code") if isinstance(old.get("code"), dict) else {}
+            earlier = [c for c in old.get("earlier_code", []) if isinstance(c, str)]
+            if code is not None and old_code.get("fingerprint") != code["fingerprint"]:
+                if not allow_code_change:
+                    from pimrt.sweep.code import changes
+                    what = (f"simulator code {old_code['fingerprint']}; this pimrt is "
+                            f"{code['fingerprint']}: {changes(old_code, code)}"
+                            if old_code.get("fingerprint") else
+                            "a pimrt that did not record its simulator code")
+                    raise ConfigError(
+                        f"--out {root}: its points were made with {what}; sweep into a new "
+                        f"folder, or --allow-code-change to add points made with this code "
+                        f"to it (the finished ones are kept; results.csv's code column says "
+                        f"which code made each)")
+                earlier.append(old_code.get("fingerprint") or "unrecorded")
         elif root.is_dir() and any(p.name != ".pimrt.lock" for p in root.iterdir()) \
                 and not force:
             raise ConfigError(f"--out {root}: not empty and not a sweep's results folder "
                               f"(no sweep.json); give another folder, or --force")
-        return cls(root, spec)
+        return cls(root, spec, code, earlier)
 
     def start(self) -> None:
         """Create and lock the folder, record the spec, load the finished points."""
@@ -65,7 +91,7 @@ class Store:
         from pimrt import __version__
         atomic_write_text(self.root / "sweep.json", json.dumps({
             "name": s.name, "spec_hash": s.hash, "spec_file": str(s.path),
-            "pimrt": __version__,
+            "pimrt": __version__, "code": self.code, "earlier_code": self.earlier,
             "spec": s.path.read_text(), "axes": s.axes, "fixed": s.fixed,
             "points": [{"index": p.index + 1, "id": p.id, "values": p.values,
                         "group": p.group} for p in s.points]}, indent=2, default=str))
@@ -102,7 +128,8 @@ class Store:
         if result["ok"]:
             s = result["summary"]
             s["sweep"] = {"name": self.spec.name, "point": p.index + 1, "id": p.id,
-                          "values": p.values, "worker": result.get("worker")}
+                          "values": p.values, "worker": result.get("worker"),
+                          "code": result.get("code")}
             s["plots"] = [str(folder / name) for name in s["plots"]]
             with writing(folder):
                 for name, data in result["files"].items():
@@ -119,6 +146,22 @@ class Store:
             self.rows[p.id] = self._row(p, "failed", {"error": result["error"]})
         self.write_tables()
 
+    def log_task(self, task, result: dict) -> None:
+        """A row of DIR/tasks.csv for a task that came back (or failed without running)."""
+        path = self.root / "tasks.csv"
+        new = not path.exists()
+        with open(path, "a", newline="") as f:
+            w = csv.DictWriter(f, TASK_COLUMNS)
+            if new:
+                w.writeheader()
+            wall = result.get("wall_s")
+            w.writerow({"finished": datetime.datetime.now(datetime.timezone.utc)
+                        .isoformat(timespec="seconds"), "kind": task.kind, "key": task.key,
+                        "status": "done" if result["ok"] else "failed",
+                        "worker": result.get("worker") or "",
+                        "wall_s": "" if wall is None else f"{wall:.3f}",
+                        "error": "" if result["ok"] else result.get("error", "")})
+
     def _row(self, p, status: str, summary: dict) -> dict:
         row = {"index": p.index + 1, "id": p.id, "status": status}
         # an axis a point does not set: pimrt run's option as the point ran it; a part key
@@ -126,6 +169,7 @@ class Store:
         row.update({k: p.values.get(k, p.options.get(k, "")) for k in self.spec.axes})
         if "sweep" in summary:
             row["worker"] = summary["sweep"].get("worker")
+            row["code"] = summary["sweep"].get("code")
         for k, v in flatten({k: v for k, v in summary.items() if k != "sweep"}).items():
             row.setdefault(k, v)
         return row

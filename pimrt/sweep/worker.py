@@ -1,8 +1,14 @@
-"""One group of points, timed where it runs (a local worker process or a Dask worker): the
-group's baselines once (serial host+PIM and GPU-only on its system; the contention-free bound
-once per groups/slices/plan), then each point's policy, through the same entry points as
-`pimrt run` (pimrt.runtime.session and report). Each point's folder is written to a temporary
-folder and sent back as bytes, so the workers need no file system shared with the client."""
+"""One task of a sweep (pimrt/sweep/tasks.py), run where it is sent (a local worker process or
+a Dask worker), through the same entry points as `pimrt run` (pimrt.runtime.session and
+report): a baseline (the serial host+PIM step, the GPU-only step, the contention-free bound,
+the functional check) or a point (its policy on the baselines' results, and its folder).
+
+A task returns {"ok": True, "value": ..., "worker", "wall_s", "code"} or {"ok": False,
+"error", "detail", "worker", "code"}: an error in the simulation is a result, not an exception,
+so the client can say which task failed and fail the points that need it. A point's folder is
+written to a temporary folder and sent back as bytes, so the workers need no file system
+shared with the client. "code" is the fingerprint of the simulator this worker runs
+(pimrt/sweep/code.py): the client refuses results of other code than its own."""
 from __future__ import annotations
 
 import os
@@ -15,20 +21,19 @@ import traceback
 from pimrt.errors import PimrtError
 
 
-def run_group(points: list[dict]) -> list[dict]:
-    """points: [{"id", "options"}] sharing their baselines -> one result each:
-    {"id", "ok", "summary", "files" {name: bytes}} or {"id", "ok": False, "error", "detail"}."""
+def run_task(kind: str, options: dict, names: tuple = (), *deps: dict) -> dict:
+    """kind: a baseline's kind or "point"; deps: the results of the tasks named by `names`
+    (their kinds), all of them ok."""
+    from pimrt.sweep.code import fingerprint
+    t0 = time.perf_counter()
     try:
-        base = _Baselines(points[0]["options"])
-    except Exception as exc:                       # every point of the group fails with it
-        err = _error(exc)
-        return [{"id": p["id"], **err} for p in points]
-    out = []
-    for p in points:
-        try:
-            out.append({"id": p["id"], "ok": True, **base.point(p["options"])})
-        except Exception as exc:
-            out.append({"id": p["id"], **_error(exc)})
+        given = {name: d["value"] for name, d in zip(names, deps)}
+        value = POINT(options, given) if kind == "point" else BASELINE[kind](options)
+        out = {"ok": True, "value": value, "worker": _where(),
+               "wall_s": time.perf_counter() - t0}
+    except Exception as exc:                 # recorded with the task and its points
+        out = _error(exc)
+    out["code"] = fingerprint()["fingerprint"]
     return out
 
 
@@ -51,71 +56,93 @@ def system_of(o: dict):
     return load_part(o["part"], mem or None), load_host_part(o["host_part"], host or None)
 
 
-class _Baselines:
-    """What every point of a group shares: the graph, the system, serial and GPU-only."""
+class _Setup:
+    """What every task of a system builds first: the graph, the parts, the host times."""
 
-    def __init__(self, o: dict):
+    def __init__(self, o: dict, graph=None):
         from pimrt.runtime import session
         from pimrt.runtime.exchange import ExchangeConfig
-        t0 = time.perf_counter()
         self.exchange = ExchangeConfig(o["update"], o["world"], o["density"], o["link_gbps"])
-        self.graph = session.captured(o["model"], o["batch"], o["input"],
-                                      o["allow_unsupported"])
+        self.graph = graph if graph is not None else session.captured(
+            o["model"], o["batch"], o["input"], o["allow_unsupported"])
         self.part, self.host = system_of(o)
-        self.system = session.system(self.part, self.host)
+        self.slices = session.slices_for(o["batch"], o["slices"])
         self.times, self.host_info = session.host_times(
             self.graph, o["host_times"], o["groups"], self.part, self.host,
-            self.exchange.mode, True, slices=session.slices_for(o["batch"], o["slices"]))
+            self.exchange.mode, True, slices=self.slices)
         if self.host_info.get("source") == "model":         # the name, as pimrt run has it
             self.host_info["host_part"] = o["host_part"]
-        self.serial = session.timed(self.graph, "serial", 1, self.part, self.host, True,
-                                    layrub=o["layrub"], exchange=self.exchange,
-                                    host_times=self.times)
-        self.gpu = session.timed(self.graph, "gpu_only", 1, self.part, self.host, True,
-                                 layrub=o["layrub"], exchange=self.exchange,
-                                 host_times=self.times)
-        self.bounds: dict = {}          # the bound (and functional checks) per their key
-        self.wall_s = time.perf_counter() - t0
 
-    def bound(self, o: dict, slices: int) -> dict:
-        from pimrt.runtime.timing import contention_free_bound
-        plan = not o["no_plan"]
-        key = (o["groups"], slices, plan)
-        if key not in self.bounds:
-            self.bounds[key] = contention_free_bound(
-                self.graph, o["groups"], self.part, self.host, plan=plan and not o["layrub"],
-                host_times=self.times, slices=slices, exchange=self.exchange)
-        return self.bounds[key]
+    def timed(self, o: dict, policy: str, groups: int = 1, **kw):
+        from pimrt.runtime import session
+        return session.timed(self.graph, policy, groups, self.part, self.host, True,
+                             layrub=o["layrub"], exchange=self.exchange,
+                             host_times=self.times, **kw)
 
-    def point(self, o: dict) -> dict:
-        from pimrt.runtime import report, session
-        slices = session.slices_for(o["batch"], o["slices"])   # checked before any work
-        meta = {"model": o["model"], "batch": o["batch"], "input": o["input"],
-                "slices": slices, "part": o["part"], "host_part": o["host_part"],
-                "host_times": self.host_info, "system": self.system}
-        from pimrt.sweep.spec import part_keys
-        mem, host = part_keys(o)
-        if mem or host:
-            meta["part_keys"] = {"memory": mem, "host": host}
-        if o["functional"] != "none":       # once per backend, groups and slices
-            from pimrt.runtime.functional import check_step
-            key = ("functional", o["functional"], o["groups"], slices)
-            if key not in self.bounds:
-                self.bounds[key] = check_step(o["model"], o["batch"], o["input"],
-                                              o["functional"], o["groups"],
-                                              update=self.exchange.mode,
-                                              density=self.exchange.density, slices=slices)
-            meta["functional"] = self.bounds[key]
-        meta["layrub"] = o["layrub"]
-        run = self.serial if o["policy"] == "serial" else session.timed(
-            self.graph, o["policy"], o["groups"], self.part, self.host, True,
-            layrub=o["layrub"], exchange=self.exchange, plan=not o["no_plan"],
-            host_times=self.times, slices=slices)
-        bound = self.bound(o, slices)
-        with tempfile.TemporaryDirectory(prefix="pimrt-sweep-") as tmp:
-            s = report.write_all(run, self.serial, meta, tmp, self.gpu, bound)
-            files = {p.name: p.read_bytes() for p in sorted(pathlib.Path(tmp).iterdir())
-                     if p.is_file() and p.name != "summary.json"}
-        s["plots"] = [pathlib.Path(p).name for p in s["plots"]]
-        return {"summary": s, "files": files, "worker": _where(),
-                "baselines_wall_s": self.wall_s}
+
+def serial(o: dict):
+    return _Setup(o).timed(o, "serial")
+
+
+def gpu_only(o: dict):
+    return _Setup(o).timed(o, "gpu_only")
+
+
+def bound(o: dict) -> dict:
+    """The bound, and the planned schedule it made on the graph (pimrt.runtime.timing keeps
+    the last few per graph object): sent with the graph, a pipelined point of the same
+    (groups, slices, plan) reuses it instead of timing every task alone again."""
+    from pimrt.runtime import timing
+    from pimrt.runtime.timing import contention_free_bound
+    s = _Setup(o)
+    value = contention_free_bound(s.graph, o["groups"], s.part, s.host,
+                                  plan=not o["no_plan"] and not o["layrub"],
+                                  host_times=s.times, slices=s.slices, exchange=s.exchange)
+    planned = [(k, r) for g, k, r in getattr(timing, "_PLANNED", []) if g is s.graph]
+    return {"bound": value, "graph": s.graph, "planned": planned}
+
+
+def functional(o: dict) -> dict:
+    from pimrt.runtime import session
+    from pimrt.runtime.functional import check_step
+    from pimrt.runtime.exchange import ExchangeConfig
+    ex = ExchangeConfig(o["update"], o["world"], o["density"], o["link_gbps"])
+    return check_step(o["model"], o["batch"], o["input"], o["functional"], o["groups"],
+                      update=ex.mode, density=ex.density,
+                      slices=session.slices_for(o["batch"], o["slices"]))
+
+
+BASELINE = {"serial": serial, "gpu_only": gpu_only, "bound": bound, "functional": functional}
+
+
+def point(o: dict, given: dict) -> dict:
+    """The point's policy on the graph its bound was planned on, and its folder."""
+    from pimrt.runtime import report, session, timing
+    b = given["bound"]
+    cache = getattr(timing, "_PLANNED", None)
+    if cache is not None and not any(g is b["graph"] for g, _, _ in cache):
+        cache.extend((b["graph"], k, r) for k, r in b["planned"])
+        del cache[:-4]
+    s = _Setup(o, b["graph"])
+    meta = {"model": o["model"], "batch": o["batch"], "input": o["input"],
+            "slices": s.slices, "part": o["part"], "host_part": o["host_part"],
+            "host_times": s.host_info, "system": session.system(s.part, s.host)}
+    from pimrt.sweep.spec import part_keys
+    mem, host = part_keys(o)
+    if mem or host:
+        meta["part_keys"] = {"memory": mem, "host": host}
+    if o["functional"] != "none":
+        meta["functional"] = given["functional"]
+    meta["layrub"] = o["layrub"]
+    run = given["serial"] if o["policy"] == "serial" else s.timed(
+        o, o["policy"], o["groups"], plan=not o["no_plan"], slices=s.slices)
+    with tempfile.TemporaryDirectory(prefix="pimrt-sweep-") as tmp:
+        summary = report.write_all(run, given["serial"], meta, tmp, given["gpu_only"],
+                                   b["bound"])
+        files = {p.name: p.read_bytes() for p in sorted(pathlib.Path(tmp).iterdir())
+                 if p.is_file() and p.name != "summary.json"}
+    summary["plots"] = [pathlib.Path(p).name for p in summary["plots"]]
+    return {"summary": summary, "files": files}
+
+
+POINT = point
