@@ -151,10 +151,23 @@ def dramsim3_run(drive, ini, trace, width, out, tck):
     return _dramsim3(drive, ini, trace, width, out, tck)
 
 
-def _live_rows(args, only, tmp: pathlib.Path):
-    from pimrt.memctl import Options, load_part, run_trace
+def run_generated(part, addr, write, cycle, trace: pathlib.Path, width: int) -> dict:
+    """Host requests (addresses, write flags, arrival cycles) written as a DRAMsim3-format
+    trace at `trace` (for DRAMsim3 to run too) and run through memctl (serial, issue width
+    `width`): memctl's stats."""
+    from pimrt.memctl import Options, run_trace
     from pimrt.trace import open_trace, write_trace
     from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+    rec = np.zeros(len(addr), dtype=RECORD_DTYPE)
+    rec["addr"], rec["cycle"], rec["requestor"] = addr, cycle, HOST
+    rec["op"] = np.where(write, WRITE, READ)
+    write_trace(trace, [rec], "dramsim3")
+    return run_trace(open_trace(trace, "dramsim3"), part,
+                     Options(policy="serial", issue_width=width))
+
+
+def _live_rows(args, only, tmp: pathlib.Path):
+    from pimrt.memctl import load_part
 
     drive, configs = find_dramsim3(args.dramsim3, args.dramsim3_configs)
     rows = []
@@ -169,13 +182,8 @@ def _live_rows(args, only, tmp: pathlib.Path):
             pattern = {"bankref": "act", "bankidle": "refresh"}.get(kind, kind)
             n = args.requests if pattern == "act" else max(32, args.requests // 100)
             addr, write, cycle = _generated(part, pattern, n)
-            rec = np.zeros(len(addr), dtype=RECORD_DTYPE)
-            rec["addr"], rec["cycle"], rec["requestor"] = addr, cycle, HOST
-            rec["op"] = np.where(write, WRITE, READ)
             trace = tmp / f"{name}.trace"
-            write_trace(trace, [rec], "dramsim3")
-            s = run_trace(open_trace(trace, "dramsim3"), part,
-                          Options(policy="serial", issue_width=width))
+            s = run_generated(part, addr, write, cycle, trace, width)
             ini = configs / INIS[part_name]
             if per_bank:
                 ini = _bank_refresh_ini(ini, part, tmp / f"{name}.ini")

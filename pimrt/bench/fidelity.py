@@ -82,12 +82,10 @@ def generate(part, case: str, n: int, seed: int = 11):
 
 
 def run(args) -> int:
-    from pimrt.bench.energy import INIS, dramsim3_run, find_dramsim3
+    from pimrt.bench.energy import INIS, dramsim3_run, find_dramsim3, run_generated
     from pimrt.commands.memsim import _overrides
     from pimrt.errors import ConfigError
-    from pimrt.memctl import Options, load_part, run_trace
-    from pimrt.trace import open_trace, write_trace
-    from pimrt.trace.records import HOST, READ, RECORD_DTYPE, WRITE
+    from pimrt.memctl import load_part
 
     if args.requests < 1:
         raise ConfigError(f"--requests must be >= 1, got {args.requests}")
@@ -111,13 +109,8 @@ def run(args) -> int:
                 if only and case not in only and name not in only:
                     continue
                 addr, write, cycle = generate(part, case, args.requests, args.seed)
-                rec = np.zeros(len(addr), dtype=RECORD_DTYPE)
-                rec["addr"], rec["cycle"], rec["requestor"] = addr, cycle, HOST
-                rec["op"] = np.where(write, WRITE, READ)
                 trace = tmp / f"{name}.trace"
-                write_trace(trace, [rec], "dramsim3")
-                s = run_trace(open_trace(trace, "dramsim3"), part,
-                              Options(policy="serial", issue_width=width))
+                s = run_generated(part, addr, write, cycle, trace, width)
                 _, ref = dramsim3_run(drive, configs / INIS[part_name], trace, width,
                                       tmp / name, part.timing["tCK"])
                 dev = s["cycles"] / ref - 1
