@@ -306,6 +306,9 @@ int mc_refb_step(mc_sim *sim, channel *c, tick t, tick *wake);
 int mc_refb_skip_ok(const mc_sim *sim, const channel *c, tick t);
 uint64_t mc_refb_skip(mc_sim *sim, channel *c, tick stop);
 int mc_close_pim_row(mc_sim *sim, channel *c, tick t, tick *wake);
+/* bank b of a refresh that falls due: -1 if its row is closed; else the row precharged at t
+ * (1) or, not yet allowed to close, its ready cycle into *wake (0) */
+int mc_precharge_for_refresh(mc_sim *sim, channel *c, int b, tick t, tick *wake);
 void mc_watchdog(mc_sim *sim, channel *c, tick t);
 tick mc_scope_ready(const mc_sim *sim, const channel *c, int cmd);
 void mc_issue_pim(mc_sim *sim, channel *c, int cmd, int32_t row, tick t);

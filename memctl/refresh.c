@@ -91,17 +91,10 @@ int mc_refb_step(mc_sim *sim, channel *c, tick t, tick *wake)
     while (m) {
         int b = __builtin_ctzll(m);
         m &= m - 1;
+        const int p = mc_precharge_for_refresh(sim, c, b, t, wake);
+        if (p > 0) return 1;
+        if (p == 0) continue;
         bank *bk = &c->banks[b];
-        if (bk->open_row >= 0) {
-            tick ready = MAXT(bk->next_pre, c->next_row);
-            if (ready <= t) {
-                mc_issue_pre(sim, c, b, t);
-                mc_log_cmd(sim, c, b, MC_CMD_PRE, MC_BY_CTRL, -1, -1, t);
-                return 1;
-            }
-            wake_at(wake, ready);
-            continue;
-        }
         int r = sim->bank_rank[b];
         tick ready = MAXT(MAXT(c->next_row, bk->closed_at), c->mode_ready);
         ready = MAXT(ready, c->ranks[r].refb_ok);

@@ -26,6 +26,20 @@ static void better(cand *best, int cmd, int b, int32_t slot, int32_t prev, uint6
 
 static void wake_at(tick *wake, tick when) { if (when < *wake) *wake = when; }
 
+int mc_precharge_for_refresh(mc_sim *sim, channel *c, int b, tick t, tick *wake)
+{
+    const bank *bk = &c->banks[b];
+    if (bk->open_row < 0) return -1;
+    const tick ready = MAXT(bk->next_pre, c->next_row);
+    if (ready > t) {
+        wake_at(wake, ready);
+        return 0;
+    }
+    mc_issue_pre(sim, c, b, t);
+    mc_log_cmd(sim, c, b, MC_CMD_PRE, MC_BY_CTRL, -1, -1, t);
+    return 1;
+}
+
 /* the host's best candidate as a command: a row hit if one can issue, else the oldest ACT /
  * PRE (or, closed page, the PRE of an idle row) */
 static void host_best(const channel *c, const mc_pick *col, const mc_pick *row, cand *best)
@@ -191,19 +205,10 @@ static int step_refresh(mc_sim *sim, channel *c, tick t, tick *wake)
         int open = 0;
         for (int b = 0; b < sim->nbanks; b++) {
             if (sim->bank_rank[b] != r) continue;
-            bank *bk = &c->banks[b];
-            if (bk->open_row >= 0) {
-                open = 1;
-                tick ready = MAXT(bk->next_pre, c->next_row);
-                if (ready <= t) {
-                    mc_issue_pre(sim, c, b, t);
-                    mc_log_cmd(sim, c, b, MC_CMD_PRE, MC_BY_CTRL, -1, -1, t);
-                    return 1;
-                }
-                wake_at(wake, ready);
-            } else {
-                closed = MAXT(closed, bk->closed_at);
-            }
+            const int p = mc_precharge_for_refresh(sim, c, b, t, wake);
+            if (p > 0) return 1;
+            if (p == 0) open = 1;
+            else closed = MAXT(closed, c->banks[b].closed_at);
         }
         if (open) continue;
         closed = MAXT(closed, c->mode_ready);
