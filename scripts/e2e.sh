@@ -11,7 +11,7 @@ s = json.load(open(sys.argv[1]))
 f = s["functional"]
 # gradients against a torch step with the PIM step's ReLU masks (docs/runtime.md, tolerance)
 assert f["loss_abs_diff"] < 1e-5 and f["max_grad_rel_diff_same_masks"] < 1e-4 \
-    and f["groups_equal"], f
+    and f["groups_equal"] and f["grads_within_tolerance"] and f["relu_mask_hard_flips"] == 0, f
 assert s["makespan_cycles"] > 0 and s["serial_makespan_cycles"] > 0, s
 assert s["gpu_only_step_ms"] > 0 and s["lower_bound_step_ms"] <= s["bound_step_ms"], s
 assert s["system"]["memory"]["channels"] == 32, s["system"]

@@ -116,8 +116,10 @@ def run(args) -> int:
         flips = f.get("relu_mask_flips", 0)
         grad = f.get("max_grad_rel_diff_same_masks", f["max_grad_rel_diff"])
         if flips:
-            print(f"  {flips} ReLU mask(s) differ from torch's (activations within rounding of "
-                  f"zero); with the PIM's masks torch's gradients agree to {grad:.3g}")
+            hard = f.get("relu_mask_hard_flips", 0)
+            print(f"  {flips} ReLU / ReLU6 decision(s) differ from torch's ({flips - hard} at "
+                  f"activations within rounding of the threshold, {hard} farther); with the "
+                  f"PIM's decisions torch's gradients agree to {grad:.3g}")
         u = f.get("update_check")
         if u:
             print(f"  {u['update']} update on the PIM vs pimrt.gradsa in torch on the same "
