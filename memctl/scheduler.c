@@ -472,6 +472,19 @@ static void row_after_column(const mc_sim *sim, const channel *c, int b, tick t,
     }
 }
 
+/* The arbitration's choice issued at t (1); or, none found, the scan kept as valid until w,
+ * the first cycle one of its commands could issue (0). */
+static inline int issue_best(mc_sim *sim, channel *c, const cand *best, tick t, tick w)
+{
+    if (best->cmd < 0) {
+        c->scan_valid = 1;
+        c->scan_ready = w;
+        return 0;
+    }
+    issue(sim, c, best, t);
+    return 1;
+}
+
 /* FR-FCFS over the requestors allowed to use the channel now: a row hit that can issue, else
  * the oldest command that can; with a dual command bus, then one of the other kind. */
 static int frfcfs(mc_sim *sim, channel *c, tick t, tick *wake)
@@ -493,12 +506,7 @@ static int frfcfs(mc_sim *sim, channel *c, tick t, tick *wake)
     }
     if (pim) pim_candidate(sim, c, t, &best, &w);
     wake_at(wake, w);
-    if (best.cmd < 0) {
-        c->scan_valid = 1;
-        c->scan_ready = w;
-        return 0;
-    }
-    issue(sim, c, &best, t);
+    if (!issue_best(sim, c, &best, t, w)) return 0;
     if (!sim->cfg.dual_command_bus) return 1;
     /* second pass: the other kind of command. Its wake-up cycle does not matter (the channel
      * steps again next cycle). */
@@ -582,12 +590,7 @@ static int round_robin(mc_sim *sim, channel *c, tick t, tick *wake)
     }
     if (pim) pim_candidate(sim, c, t, &best, &w);
     wake_at(wake, w);
-    if (best.cmd < 0) {
-        c->scan_valid = 1;
-        c->scan_ready = w;
-        return 0;
-    }
-    issue(sim, c, &best, t);
+    if (!issue_best(sim, c, &best, t, w)) return 0;
     if (best.bank >= 0) c->rr_next = best.bank + 1;
     if (!sim->cfg.dual_command_bus) return 1;
     cand second = {-1, -1, -1, -1, 0, 0};

@@ -200,6 +200,21 @@ static void lone_write_drains_at_the_end(void)
     mc_free(sim);
 }
 
+/* all n records fed and the run finished, the command log left for the caller to take (its
+ * capacity must hold the run's commands); *done: the records taken */
+static int run_keeping_log(mc_sim *sim, const mc_record *r, uint64_t n, uint64_t *done)
+{
+    uint64_t consumed;
+    int rc = MC_PAUSED;
+    while (rc == MC_PAUSED) {
+        rc = mc_feed(sim, r + *done, n - *done, 1, &consumed);
+        *done += consumed;
+    }
+    if (rc != MC_OK) return rc;
+    do rc = mc_finish(sim); while (rc == MC_PAUSED);
+    return rc;
+}
+
 /* Writes a drain moved into a bank's command queue ahead of older reads must not hold its slots
  * while those reads come in one at a time: the reads alternate between two rows, and one read
  * alone in the queue never finds a row hit. A full bank queue serves its writes first, so the
@@ -229,13 +244,8 @@ static void drained_writes_do_not_clog_a_bank(void)
             n++;
         }
     }
-    uint64_t consumed, done = 0;
-    int rc = MC_PAUSED;
-    while (rc == MC_PAUSED) {
-        rc = mc_feed(sim, r + done, N - done, 1, &consumed);
-        done += consumed;
-    }
-    do rc = mc_finish(sim); while (rc == MC_PAUSED);
+    uint64_t done = 0;
+    int rc = run_keeping_log(sim, r, N, &done);
     CHECK(rc == MC_OK && done == N, "clog: rc %d: %s", rc, mc_error(sim));
     mc_cmd cmds[1000];
     uint64_t m = mc_cmdlog_take(sim, cmds, 1000), acts = 0;
@@ -269,13 +279,8 @@ static void round_robin_takes_turns(void)
             r[i].op = MC_READ;
             r[i].addr = (uint64_t)3 << 18 | (uint64_t)(i / 8) << 16 | (uint64_t)(i % 8) << 6;
         }
-        uint64_t consumed, done = 0;
-        int rc = MC_PAUSED;
-        while (rc == MC_PAUSED) {
-            rc = mc_feed(sim, r + done, N - done, 1, &consumed);
-            done += consumed;
-        }
-        do rc = mc_finish(sim); while (rc == MC_PAUSED);
+        uint64_t done = 0;
+        int rc = run_keeping_log(sim, r, N, &done);
         CHECK(rc == MC_OK && done == N, "turns: rc %d: %s", rc, mc_error(sim));
         mc_cmd cmds[1000];
         uint64_t m = mc_cmdlog_take(sim, cmds, 1000);
@@ -524,19 +529,7 @@ static void long_gap_with_log_is_refused(void)
     mc_cmdlog_enable(sim, 4096);
     mc_record r[2] = {{0, 0, 0, MC_READ, MC_HOST, 0},
                       {1000000000000LL, 0x100000, 0, MC_READ, MC_HOST, 0}};
-    mc_cmd cmds[4096];
-    uint64_t done = 0, consumed = 0;
-    int rc = MC_PAUSED;
-    while (rc == MC_PAUSED) {
-        rc = mc_feed(sim, r + done, 2 - done, 1, &consumed);
-        done += consumed;
-        mc_cmdlog_take(sim, cmds, 4096);
-    }
-    while (rc == MC_OK || rc == MC_PAUSED) {
-        rc = mc_finish(sim);
-        mc_cmdlog_take(sim, cmds, 4096);
-        if (rc == MC_OK) break;
-    }
+    const int rc = run_all(sim, r, 2);
     CHECK(rc == MC_ERR_TRACE && strstr(mc_error(sim), "command log on") &&
               strstr(mc_error(sim), "cycle 1000000000000"),
           "gap+log: rc %d: %s", rc, mc_error(sim));
