@@ -254,12 +254,13 @@ mc_scan_ready(const channel *c, int cls, uint64_t m, tick level, tick t, tick *w
     }
     uint64_t ready = 0;
     tick w = *wake;
-    while (m) {
+    while (m) { /* without branches on readiness, which no predictor guesses well */
         unsigned b = (unsigned)__builtin_ctzll(m);
         m &= m - 1;
         tick r = ready_at[b];
-        if (r > t) w = MINT(w, r);
-        else ready |= 1ull << b;
+        uint64_t late = (uint64_t)((t - r) >> 63); /* all ones if r > t */
+        ready |= (~late & 1u) << b;
+        w = mc_min_branchless(w, (tick)(((uint64_t)r & late) | ((uint64_t)NEVER & ~late)));
     }
     *wake = w;
     return ready;

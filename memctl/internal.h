@@ -12,6 +12,12 @@ typedef int64_t tick;
 #define NEVER ((tick)INT64_MAX / 4)
 #define MAXT(a, b) ((a) > (b) ? (a) : (b))
 #define MINT(a, b) ((a) < (b) ? (a) : (b))
+/* min(a, b) for ticks in 0..NEVER without a branch (where which is smaller is hard to guess) */
+static inline tick mc_min_branchless(tick a, tick b)
+{
+    tick d = b - a;
+    return a + (d & (d >> 63));
+}
 
 enum { DIR_RD = 0, DIR_WR = 1 };
 /* classes of host candidates (candidates.c); RD and WR equal DIR_RD and DIR_WR */

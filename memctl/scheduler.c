@@ -561,6 +561,27 @@ static void bank_cand(const channel *c, int b, const uint64_t ready[CAND_CLASSES
     host_cand(c, c->ready_key[cls][b], cls, -1, best);
 }
 
+/* Host commands issued at t from banks b1 and b2 (-1: none), found by a scan at t whose ready
+ * banks were `ready` and whose other candidates can issue no earlier than w. If no other bank
+ * was ready, the scan stays valid: no candidate can issue before the earliest of w (the terms of
+ * the banks it saw waiting only grew since) and the wake-up of b1's and b2's new candidates.
+ * The next step then sleeps until then instead of scanning once more (the same commands and
+ * cycles: that scan would find nothing ready). */
+static inline void keep_scan_after_issue(const mc_sim *sim, channel *c, tick t,
+                                         const uint64_t ready[CAND_CLASSES], tick w, int b1,
+                                         int b2)
+{
+    uint64_t others = (ready[CAND_RD] | ready[CAND_WR] | ready[CAND_ACT] | ready[CAND_PRE]) &
+                      ~(1ull << b1);
+    if (b2 >= 0) others &= ~(1ull << b2);
+    if (others) return;
+    mc_update_choices(sim, c);
+    w = MINT(w, mc_bank_wake(sim, c, b1));
+    if (b2 >= 0) w = MINT(w, mc_bank_wake(sim, c, b2));
+    c->scan_valid = 1;
+    c->scan_ready = MAXT(w, t + 1);
+}
+
 /* Round-robin arbitration (DRAMsim3's): the banks take turns, from c->rr_next (the one after
  * the bank that last issued) on; the first whose command can issue gives it, a row command
  * (ACT, PRE) as readily as a column one. With a dual command bus the turn goes on from that
@@ -629,6 +650,8 @@ static int round_robin(mc_sim *sim, channel *c, tick t, tick *wake)
         issue(sim, c, &second, t);
         if (second.bank >= 0) c->rr_next = second.bank + 1;
     }
+    if (best.bank >= 0 && !pim && !sim->cfg.closed_page)
+        keep_scan_after_issue(sim, c, t, ready, w, best.bank, second.cmd >= 0 ? second.bank : -1);
     return 1;
 }
 

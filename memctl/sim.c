@@ -458,11 +458,17 @@ static int run(mc_sim *sim, int recs)
                                         "before it", (unsigned long long)sim->cur[k].pos,
                                         sim->ring[sim->cur[k].pos & sim->ring_mask].value);
         }
-        for (int ci = 0; ci < sim->nch; ci++) {
-            channel *c = &sim->ch[ci];
-            if (c->next_event <= t) mc_channel_step(sim, c, t);
-            if (c->next_event < next) next = c->next_event;
+        /* the channels due at t, stepped in order (a step changes only its own channel's
+         * next_event); found and then folded into next without a branch per channel */
+        uint64_t due = 0;
+        for (int ci = 0; ci < sim->nch; ci++)
+            due |= (uint64_t)(sim->ch[ci].next_event <= t) << ci;
+        while (due) {
+            const int ci = __builtin_ctzll(due);
+            due &= due - 1;
+            mc_channel_step(sim, &sim->ch[ci], t);
         }
+        for (int ci = 0; ci < sim->nch; ci++) next = mc_min_branchless(next, sim->ch[ci].next_event);
         if (mc_failed(sim)) return sim->err_code;
         if (next >= NEVER) {
             if (!recs) {
