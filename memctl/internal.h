@@ -87,20 +87,17 @@ typedef struct req_stats {
 } req_stats;
 
 typedef struct channel {
+    /* (the scalars the scheduler reads every step come first, a few cache lines; the per-bank
+     * arrays after them) */
     int index;
     uint8_t log_channel, log_pch; /* index / pseudo_channels, index % pseudo_channels */
-    bank banks[MC_MAX_BANKS];
     group *groups;             /* ranks * bankgroups */
     rank_state *ranks;
     req *slots;
     int32_t free_head;
     int qcount[MC_NUM_REQ][2];
-    /* host transaction queues (read queue, write buffer), kept as one FIFO per bank (a request's
-     * bank follows from its address, and the queue's order is the requests' age, seq) */
-    int32_t txq_head[2][MC_MAX_BANKS], txq_tail[2][MC_MAX_BANKS];
     int txq_count[2];
     int drain_left;            /* writes still to move in the current write drain */
-    uint16_t txq_nb[2][MC_MAX_BANKS]; /* transaction-queue entries per bank */
     uint64_t txq_banks[2];     /* banks with entries in each transaction queue */
     uint64_t full_mask;        /* banks whose command queue is full */
     uint64_t pending_mask[2];  /* banks with host reads / writes in their command queues */
@@ -108,13 +105,6 @@ typedef struct channel {
     uint64_t dirty_mask;       /* banks whose choice must be recomputed */
     uint64_t col_mask[2];      /* banks whose choice includes a RD / WR row hit */
     uint64_t act_mask, pre_mask; /* banks whose choice is ACT / PRE */
-    /* per class (CAND_*) and bank: the bank and bank-group terms of the ready cycle of the
-     * bank's candidate of that class, and the candidate's key (seq << 6 | bank: the oldest
-     * has the smallest). ready_at is kept for every bank (the terms only grow, so a moved
-     * bank-group term is folded in with a max, timing.c); ready_key is valid for the banks of
-     * the class's mask (col_mask[d], act_mask, pre_mask) once mc_update_choices ran */
-    tick ready_at[CAND_CLASSES][MC_MAX_BANKS];
-    uint64_t ready_key[CAND_CLASSES][MC_MAX_BANKS];
     int32_t pim_head, pim_tail;
     int pim_count;
     /* sharing */
@@ -149,8 +139,21 @@ typedef struct channel {
      * request while it had work it must serve, and the cycle of that last service */
     uint64_t stuck_rounds;
     tick served_at;
-    req_stats rs[MC_NUM_REQ];
     uint64_t refb_mask;        /* banks whose per-bank refresh is pending (refresh.c): they wait */
+    /* the arrays */
+    bank banks[MC_MAX_BANKS];
+    /* host transaction queues (read queue, write buffer), kept as one FIFO per bank (a request's
+     * bank follows from its address, and the queue's order is the requests' age, seq) */
+    int32_t txq_head[2][MC_MAX_BANKS], txq_tail[2][MC_MAX_BANKS];
+    uint16_t txq_nb[2][MC_MAX_BANKS]; /* transaction-queue entries per bank */
+    /* per class (CAND_*) and bank: the bank and bank-group terms of the ready cycle of the
+     * bank's candidate of that class, and the candidate's key (seq << 6 | bank: the oldest
+     * has the smallest). ready_at is kept for every bank (the terms only grow, so a moved
+     * bank-group term is folded in with a max, timing.c); ready_key is valid for the banks of
+     * the class's mask (col_mask[d], act_mask, pre_mask) once mc_update_choices ran */
+    tick ready_at[CAND_CLASSES][MC_MAX_BANKS];
+    uint64_t ready_key[CAND_CLASSES][MC_MAX_BANKS];
+    req_stats rs[MC_NUM_REQ];
 } channel;
 
 /* cursor.layer before the cursor met a LAYER record: the layer of id 0, if the trace has one
