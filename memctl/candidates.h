@@ -252,17 +252,20 @@ mc_scan_ready(const channel *c, int cls, uint64_t m, tick level, tick t, tick *w
         if (lo < NEVER) *wake = MINT(*wake, MAXT(lo, level));
         return 0;
     }
-    uint64_t ready = 0;
-    tick w = *wake;
-    while (m) { /* without branches on readiness, which no predictor guesses well */
+    /* without branches on readiness, which no predictor guesses well: r - (t + 1) as unsigned
+     * is below 2^62 for a bank that cannot issue at t (r > t; all terms are below NEVER) and at
+     * least 2^63 for one that can (r <= t, t < 2^62), so its top bit says ready, and the least
+     * of them gives the earliest of the others */
+    uint64_t ready = 0, least = UINT64_MAX;
+    const uint64_t from = (uint64_t)t + 1;
+    while (m) {
         unsigned b = (unsigned)__builtin_ctzll(m);
         m &= m - 1;
-        tick r = ready_at[b];
-        uint64_t late = (uint64_t)((t - r) >> 63); /* all ones if r > t */
-        ready |= (~late & 1u) << b;
-        w = mc_min_branchless(w, (tick)(((uint64_t)r & late) | ((uint64_t)NEVER & ~late)));
+        uint64_t x = (uint64_t)ready_at[b] - from;
+        ready |= (x >> 63) << b;
+        least = x < least ? x : least;
     }
-    *wake = w;
+    if (least >> 63 == 0) *wake = MINT(*wake, (tick)(least + from));
     return ready;
 }
 
