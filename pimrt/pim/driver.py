@@ -6,8 +6,13 @@ by default (`via_port=False`); `via_port=True` clocks every column through the h
 instead, as a real host access would (one column per cycle).
 
 The build: Verilator generates the C++ model (-O3 --x-assign fast --x-initial fast
---noassert), make compiles it with -O2 into an archive, and cffi (API mode) compiles the
-driver against it into an extension module, all under the build cache (pimrt.pim.build).
+--noassert --output-split 0: one file, so the compiler sees all of it), make compiles it
+with -O2 into an archive, and cffi (API mode) compiles the driver against it into an
+extension module, all under the build cache (pimrt.pim.build).
+
+A kernel's chunks (Backend.run_chunks) run on `units` Verilated units at once, a Python
+thread each: cffi releases the GIL around every C call, so the units' clock loops run on
+separate cores.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from pimrt.pim.backend import Backend, DEFAULT_COLS, DEFAULT_ROWS
 from pimrt.pim.errors import PimBuildError, PimError
 
 VFLAGS = ["--cc", "-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert",
-          "--unroll-stmts", "100000",
+          "--unroll-stmts", "100000", "--output-split", "0",
           "-CFLAGS", "-fPIC"]
 OPT = ["OPT_FAST=-O2", "OPT_SLOW=-O1", "OPT_GLOBAL=-O2"]
 CDEF = """
