@@ -166,10 +166,10 @@ class PimDriver(Backend):
                  lanes: int = isa.LANES, via_port: bool = False, record: bool = False,
                  hw_dir: Path | None = None, threads: int = 1, units: int | None = None):
         super().__init__(rows, cols, lanes)
-        self.lib, self.ffi = build_driver(lanes, rows, cols, hw_dir, threads)
         units = default_units() if units is None else units
         if not isinstance(units, int) or units < 1:
             raise PimError(f"PimDriver units must be a whole number (1 or more), got {units!r}")
+        self.lib, self.ffi = build_driver(lanes, rows, cols, hw_dir, threads)
         self.units = 1 if record else units
         self._make_sibling = lambda: PimDriver(rows, cols, lanes, via_port, False, hw_dir,
                                                threads, units=1)
