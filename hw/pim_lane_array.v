@@ -1,7 +1,7 @@
 // pim_lane_array.v: the unit's datapath alone: LANES binary32 lanes side by side (one
 // 256-bit column for LANES = 8), all doing the lane operation op (LOP_* of pim_defs.vh),
-// computed by lanes_op (pim_lane_op.vh), the same function the unit uses. The tests drive
-// it to check each lane operation bit for bit.
+// computed by lanes_op (pim_lane_op.vh): lane_op on every lane, as the unit's lanes. The
+// tests drive it to check each lane operation bit for bit.
 `include "pim_defs.vh"
 module pim_lane_array #(
     parameter LANES = 8

@@ -1,7 +1,8 @@
-// pim_lane_op.vh: the datapath: one lane operation (LOP_* of pim_defs.vh) on every lane of
-// a column, as a function included inside a module body that defines LANES. pim_unit.v (in
-// its clocked process) and pim_lane_array.v (alone, for tests) share it, so both compute the
-// same gates. The operation is chosen once, then applied lane by lane.
+// pim_lane_op.vh: the datapath: one lane operation (LOP_* of pim_defs.vh) on one lane
+// (lane_op) and on every lane of a column (lanes_op), as functions included inside a module
+// body that defines LANES. pim_unit.v (each lane a clocked process of its own, calling
+// lane_op) and pim_lane_array.v (alone, for tests: lanes_op) share them, so both compute the
+// same gates.
 // MAD rounds twice: (a*b) rounded, then + c rounded. SEL: c != 0 ? a : b. Compares give an
 // all-ones lane (true) or zero. MOV and SEL move bits (NaN payloads kept); every arithmetic
 // NaN result is the canonical quiet NaN 32'h7FC00000.
@@ -9,33 +10,27 @@
 `include "fp_mul.vh"
 `include "fp_cmp.vh"
 
+function automatic [31:0] lane_op(input [3:0] lop, input [31:0] la, input [31:0] lb,
+                                  input [31:0] lc);
+    case (lop)
+        `LOP_MOV:   lane_op = la;
+        `LOP_ADD:   lane_op = fp_add(la, lb);
+        `LOP_SUB:   lane_op = fp_add(la, {~lb[31], lb[30:0]});
+        `LOP_MUL:   lane_op = fp_mul(la, lb);
+        `LOP_MAD:   lane_op = fp_add(fp_mul(la, lb), lc);
+        `LOP_MAX:   lane_op = fp_max(la, lb);
+        `LOP_MIN:   lane_op = fp_min(la, lb);
+        `LOP_CMPGT: lane_op = {32{fp_lt(lb, la)}};
+        `LOP_CMPGE: lane_op = {32{fp_lt(lb, la) | fp_eq(la, lb)}};
+        `LOP_CMPEQ: lane_op = {32{fp_eq(la, lb)}};
+        `LOP_SEL:   lane_op = (lc != 32'd0) ? la : lb;
+        default:    lane_op = 32'd0;
+    endcase
+endfunction
+
 function automatic [32*LANES-1:0] lanes_op(input [3:0] lop, input [32*LANES-1:0] va,
                                            input [32*LANES-1:0] vb, input [32*LANES-1:0] vc);
     integer i;
-    lanes_op = {32*LANES{1'b0}};
-    case (lop)
-        `LOP_MOV: lanes_op = va;
-        `LOP_ADD: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = fp_add(va[32*i +: 32], vb[32*i +: 32]);
-        `LOP_SUB: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = fp_add(va[32*i +: 32], {~vb[32*i+31], vb[32*i +: 31]});
-        `LOP_MUL: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = fp_mul(va[32*i +: 32], vb[32*i +: 32]);
-        `LOP_MAD: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = fp_add(fp_mul(va[32*i +: 32], vb[32*i +: 32]), vc[32*i +: 32]);
-        `LOP_MAX: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = fp_max(va[32*i +: 32], vb[32*i +: 32]);
-        `LOP_MIN: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = fp_min(va[32*i +: 32], vb[32*i +: 32]);
-        `LOP_CMPGT: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = {32{fp_lt(vb[32*i +: 32], va[32*i +: 32])}};
-        `LOP_CMPGE: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = {32{fp_lt(vb[32*i +: 32], va[32*i +: 32])
-                                       | fp_eq(va[32*i +: 32], vb[32*i +: 32])}};
-        `LOP_CMPEQ: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = {32{fp_eq(va[32*i +: 32], vb[32*i +: 32])}};
-        `LOP_SEL: for (i = 0; i < LANES; i = i + 1)
-            lanes_op[32*i +: 32] = (vc[32*i +: 32] != 32'd0) ? va[32*i +: 32] : vb[32*i +: 32];
-        default: ;
-    endcase
+    for (i = 0; i < LANES; i = i + 1)
+        lanes_op[32*i +: 32] = lane_op(lop, va[32*i +: 32], vb[32*i +: 32], vc[32*i +: 32]);
 endfunction

@@ -6,8 +6,9 @@
 // (b_rdata) is used on the clock; a bank write leaves on the registered write port
 // (b_we/b_waddr/b_wdata) and lands on the next clock (the bank forwards it to a read of the
 // same column meanwhile). Encoding and semantics: docs/pim.md and pimrt/pim/isa.py.
-// All datapath work sits in the clocked process, so a simulator only evaluates the
-// operation being executed.
+// The sequencer is one clocked process; each lane is a clocked process of its own (its GRF
+// and ACC words, its share of the bank write data) that evaluates only the operation being
+// executed, so a simulator may schedule the lanes apart.
 `include "pim_defs.vh"
 module pim_unit #(
     parameter LANES = 8,
@@ -33,15 +34,11 @@ module pim_unit #(
     input      [32*LANES-1:0]   b_rdata,
     output reg                  b_we,
     output reg [AW-1:0]         b_waddr,
-    output reg [32*LANES-1:0]   b_wdata
+    output     [32*LANES-1:0]   b_wdata
 );
 `include "pim_lane_op.vh"
-    localparam W = 32 * LANES;
-
     reg [31:0]   crf [0:31];
-    reg [W-1:0]  grf [0:15];
     reg [31:0]   srf [0:15];
-    reg [W-1:0]  acc [0:3];
     reg [31:0]   cnt [0:3];
     // pointers and live loop counters, packed (pointer k at [k*AW +: AW], counter k at
     // [k*32 +: 32]) so each is written once a clock
@@ -59,25 +56,35 @@ module pim_unit #(
                   || (i_op != `OP_MOV && ins[14:13] == `K_BANK)
                   || ((i_op == `OP_MAD || i_op == `OP_SEL) && ins[8:7] == `K_BANK));
 
-    function automatic [W-1:0] operand(input [5:0] f);
-        case (f[5:4])
-            `K_GRF:  operand = grf[f[3:0]];
-            `K_SRF:  operand = {LANES{srf[f[3:0]]}};
-            `K_BANK: operand = b_rdata;
-            default: operand = acc[f[1:0]];
-        endcase
-    endfunction
-
     function automatic bad_acc(input [5:2] f);   // ACC index past A3
         bad_acc = f[5:4] == `K_ACC && f[3:2] != 2'd0;
     endfunction
 
     // ---- sequencer and datapath ------------------------------------------------------------
-    reg [4:0]   op;
-    reg [5:0]   fd, fa, fb, fc;
-    reg         is_data, use_b, use_c, ba, bb, bc, bd;
-    reg [2:0]   rp, fault;
-    reg [W-1:0] va, vb, vc, vy;
+    // decode of the current instruction, shared by the sequencer and the lanes
+    wire [4:0]  op = ins[31:27];
+    wire [5:0]  fd = ins[26:21], fa = ins[20:15], fb = ins[14:9], fc = ins[8:3];
+    wire        is_data = op >= `OP_MOV && op <= `OP_SEL;
+    wire        use_b = is_data && op != `OP_MOV;
+    wire        use_c = op == `OP_MAD || op == `OP_SEL;
+    wire        ba = is_data && fa[5:4] == `K_BANK;
+    wire        bb = use_b && fb[5:4] == `K_BANK;
+    wire        bc = use_c && fc[5:4] == `K_BANK;
+    wire        bd = is_data && fd[5:4] == `K_BANK;
+    wire [2:0]  rp = ba ? fa[2:0] : (bb ? fb[2:0] : fc[2:0]);
+    // faults, checked before anything is written (same order as pimrt/pim/isa.py)
+    wire [2:0]  fault =
+        pc[5] ? `E_PC
+        : (!is_data && op > `OP_ADDP) ? `E_OPCODE
+        : (is_data && (fd[5:4] == `K_SRF || bad_acc(fd[5:2]) || bad_acc(fa[5:2])
+                       || (use_b && bad_acc(fb[5:2])) || (use_c && bad_acc(fc[5:2])))) ? `E_REG
+        : ((bb && fb[2:0] != rp) || (bc && fc[2:0] != rp)) ? `E_OPERAND
+        : (((ba | bb | bc) && {16'd0, ptrs[rp * AW +: AW]} >= 32'(DEPTH))
+           || (bd && {16'd0, ptrs[fd[2:0] * AW +: AW]} >= 32'(DEPTH))) ? `E_ADDR
+        : `E_NONE;
+    // the lanes execute the current data instruction on this clock
+    wire        go = rst_n && busy && mode && is_data && fault == `E_NONE;
+    wire [3:0]  lop = op[3:0] - 4'd8;
     reg [8*AW-1:0] pn;
     reg [31:0]  lcur;
     integer     l;
@@ -114,36 +121,6 @@ module pim_unit #(
         end else if (mode) begin
             cycles <= cycles + 32'd1;
             pc <= pc + 6'd1;
-            // decode
-            op = ins[31:27];
-            fd = ins[26:21];
-            fa = ins[20:15];
-            fb = ins[14:9];
-            fc = ins[8:3];
-            is_data = op >= `OP_MOV && op <= `OP_SEL;
-            use_b = is_data && op != `OP_MOV;
-            use_c = op == `OP_MAD || op == `OP_SEL;
-            ba = is_data && fa[5:4] == `K_BANK;
-            bb = use_b && fb[5:4] == `K_BANK;
-            bc = use_c && fc[5:4] == `K_BANK;
-            bd = is_data && fd[5:4] == `K_BANK;
-            rp = ba ? fa[2:0] : (bb ? fb[2:0] : fc[2:0]);
-            // faults, checked before anything is written (same order as pimrt/pim/isa.py)
-            if (pc[5])
-                fault = `E_PC;
-            else if (!is_data && op > `OP_ADDP)
-                fault = `E_OPCODE;
-            else if (is_data && (fd[5:4] == `K_SRF || bad_acc(fd[5:2]) || bad_acc(fa[5:2])
-                                 || (use_b && bad_acc(fb[5:2])) || (use_c && bad_acc(fc[5:2]))))
-                fault = `E_REG;
-            else if ((bb && fb[2:0] != rp) || (bc && fc[2:0] != rp))
-                fault = `E_OPERAND;
-            else if (((ba | bb | bc) && {16'd0, ptrs[rp * AW +: AW]} >= 32'(DEPTH))
-                     || (bd && {16'd0, ptrs[fd[2:0] * AW +: AW]} >= 32'(DEPTH)))
-                fault = `E_ADDR;
-            else
-                fault = `E_NONE;
-
             if (fault != `E_NONE) begin
                 busy <= 1'b0;
                 done <= 1'b1;
@@ -151,20 +128,11 @@ module pim_unit #(
                 err_pc <= pc;
                 pc <= pc;
             end else if (is_data) begin
-                va = operand(fa);
-                vb = use_b ? operand(fb) : {W{1'b0}};
-                vc = use_c ? operand(fc) : {W{1'b0}};
-                vy = lanes_op(op[3:0] - 4'd8, va, vb, vc);
-                case (fd[5:4])
-                    `K_GRF: grf[fd[3:0]] <= vy;
-                    `K_ACC: acc[fd[1:0]] <= vy;
-                    `K_BANK: begin
-                        b_we <= 1'b1;
-                        b_waddr <= ptrs[fd[2:0] * AW +: AW];
-                        b_wdata <= vy;
-                    end
-                    default: ;
-                endcase
+                // the lanes compute and write the result (below); the bank write leaves here
+                if (bd) begin
+                    b_we <= 1'b1;
+                    b_waddr <= ptrs[fd[2:0] * AW +: AW];
+                end
                 // post-increments: once per named pointer
                 if ((bd && fd[3]) || (ba && fa[3]) || (bb && fb[3]) || (bc && fc[3])) begin
                     pn = ptrs;
@@ -203,5 +171,46 @@ module pim_unit #(
             end
         end
     end
+
+    // ---- the lanes: each its own process over its own registers ------------------------------
+    genvar g;
+    generate
+        for (g = 0; g < LANES; g = g + 1) begin : lane
+            reg [31:0] grf [0:15];
+            reg [31:0] acc [0:3];
+            reg [31:0] wd;                 // this lane's bank write data
+            reg [31:0] va, vb, vc, vy;
+            assign b_wdata[32*g +: 32] = wd;
+            always @(posedge clk) begin
+                if (go) begin
+                    case (fa[5:4])
+                        `K_GRF:  va = grf[fa[3:0]];
+                        `K_SRF:  va = srf[fa[3:0]];
+                        `K_BANK: va = b_rdata[32*g +: 32];
+                        default: va = acc[fa[1:0]];
+                    endcase
+                    case (fb[5:4])
+                        `K_GRF:  vb = grf[fb[3:0]];
+                        `K_SRF:  vb = srf[fb[3:0]];
+                        `K_BANK: vb = b_rdata[32*g +: 32];
+                        default: vb = acc[fb[1:0]];
+                    endcase
+                    case (fc[5:4])
+                        `K_GRF:  vc = grf[fc[3:0]];
+                        `K_SRF:  vc = srf[fc[3:0]];
+                        `K_BANK: vc = b_rdata[32*g +: 32];
+                        default: vc = acc[fc[1:0]];
+                    endcase
+                    vy = lane_op(lop, va, vb, vc);
+                    case (fd[5:4])
+                        `K_GRF:  grf[fd[3:0]] <= vy;
+                        `K_ACC:  acc[fd[1:0]] <= vy;
+                        `K_BANK: wd <= vy;
+                        default: ;
+                    endcase
+                end
+            end
+        end
+    endgenerate
     /* verilator lint_on BLKSEQ */
 endmodule

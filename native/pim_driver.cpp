@@ -35,11 +35,17 @@ struct ClockFall<R, std::void_t<decltype(std::declval<R &>().__Vtrigrprev__TOP__
 
 constexpr int kWords = sizeof(Vpim_top::h_wdata) / sizeof(uint32_t);   // lanes
 
+// Threads of the Verilated model (Verilator --threads N): the context must offer as many
+// before the model is built.
+#ifndef PIM_THREADS
+#define PIM_THREADS 1
+#endif
+
 struct Driver {
     VerilatedContext ctx;
     Vpim_top *top;
     uint64_t clocks = 0;
-    Driver() : top(new Vpim_top(&ctx)) {}
+    Driver() : top((ctx.threads(PIM_THREADS), new Vpim_top(&ctx))) {}
     ~Driver() { delete top; }
 
     inline void tick() {

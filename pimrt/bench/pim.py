@@ -33,6 +33,12 @@ def add_arguments(parser) -> None:
                         help="also build the batch driver from another copy of hw/ (e.g. an "
                              "older revision's, `git worktree add`) and time it beside the "
                              "current one, run for run, under the same load")
+    parser.add_argument("--units", type=int, default=None,
+                        help="Verilated units the batch driver spreads a kernel's chunks over, "
+                             "a thread each (default: the cores this process may use, or "
+                             "PIMRT_PIM_UNITS)")
+    parser.add_argument("--baseline-units", type=int, default=None,
+                        help="units of the --baseline-hw build (default: as --units)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     parser.add_argument("--update-cycles", action="store_true",
                         help="write the cycles-per-element table the timing model reads "
@@ -111,12 +117,19 @@ def run(args) -> int:
     print(f"building / loading the RTL models (cached under {os.environ.get('PIMRT_CACHE', '~/.cache/pimrt')}) ...",
           flush=True)
     load0 = os.getloadavg()[0]
+    from pimrt.pim.driver import default_units
+    for what, n in (("--units", args.units), ("--baseline-units", args.baseline_units)):
+        if n is not None and n < 1:
+            raise PimError(f"{what} must be 1 or more, got {n}")
+    units = args.units or default_units()
+    base_units = args.baseline_units or units
     rows_out = []
     for lanes in lane_counts:
         rows_out += _measure(names, lanes, rows, cols, args)
     load1 = os.getloadavg()[0]
-    _report(rows_out, lane_counts, rows, cols, args, (load0, load1))
-    doc = {"lanes": lane_counts, "bank_rows": rows, "bank_cols": cols,
+    _report(rows_out, lane_counts, rows, cols, args, (load0, load1), (units, base_units))
+    doc = {"lanes": lane_counts, "bank_rows": rows, "bank_cols": cols, "units": units,
+           "baseline_units": base_units if args.baseline_hw else None,
            "baseline_hw": args.baseline_hw, "target_elements_per_s": TARGET_RATE,
            "load_average": [load0, load1], "results": rows_out}
     if args.json:
@@ -128,11 +141,13 @@ def run(args) -> int:
     return 0
 
 
-def _report(rows_out, lane_counts, rows: int, cols: int, args, loads) -> None:
+def _report(rows_out, lane_counts, rows: int, cols: int, args, loads, units) -> None:
     base = bool(args.baseline_hw)
     print()
     print(f"PIM unit, bank {rows} x {cols} columns; driver: {args.elements} elements per "
-          f"kernel, best of {args.repeat}; pyverilator and port: {args.pv_elements} elements.")
+          f"kernel, best of {args.repeat}, on {units[0]} Verilated unit(s) at once"
+          + (f" (base: {units[1]})" if base else "")
+          + f"; pyverilator and port: {args.pv_elements} elements.")
     print("driver = batch driver, bank data by backdoor copy (elements per wall-clock second; "
           "cpu: per second of this process's CPU time, what it gets with a core to itself)"
           + (f"; base = the batch driver built from {args.baseline_hw}, timed in turn with "
@@ -187,10 +202,12 @@ def _measure(names, lanes: int, rows: int, cols: int, args) -> list[dict]:
     from pimrt.pim.golden import GoldenBackend
     from pimrt.pim.rtl import PimRtl
     full = not args.no_pyverilator
-    drv = PimDriver(rows=rows, cols=cols, lanes=lanes)
-    base = (PimDriver(rows=rows, cols=cols, lanes=lanes, hw_dir=args.baseline_hw)
+    units = args.units
+    base_units = args.baseline_units if args.baseline_units is not None else units
+    drv = PimDriver(rows=rows, cols=cols, lanes=lanes, units=units)
+    base = (PimDriver(rows=rows, cols=cols, lanes=lanes, hw_dir=args.baseline_hw, units=base_units)
             if args.baseline_hw else None)
-    port = PimDriver(rows=rows, cols=cols, lanes=lanes, via_port=True) if full else None
+    port = PimDriver(rows=rows, cols=cols, lanes=lanes, via_port=True, units=units) if full else None
     pv = PimRtl(rows=rows, cols=cols, lanes=lanes) if full else None
     rng = np.random.default_rng(0)
     out = []

@@ -34,6 +34,10 @@ def add_arguments(parser) -> None:
                         help="clocks per instruction kind and lane count (default 2M)")
     parser.add_argument("--baseline-hw", metavar="DIR",
                         help="also build the unit from another copy of hw/ and time it in turn")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="Verilator --threads of the current build (default 1)")
+    parser.add_argument("--baseline-threads", type=int, default=1,
+                        help="Verilator --threads of the --baseline-hw build (default 1)")
 
 
 def _time_op(backend, source: str, clocks: int) -> tuple[float, float, int]:
@@ -53,9 +57,9 @@ def _time_op(backend, source: str, clocks: int) -> tuple[float, float, int]:
     return wall, cpu, done
 
 
-def _unit(lanes: int, hw_dir):
+def _unit(lanes: int, hw_dir, threads: int = 1):
     from pimrt.pim.driver import PimDriver
-    d = PimDriver(rows=2048, cols=32, lanes=lanes, hw_dir=hw_dir)
+    d = PimDriver(rows=2048, cols=32, lanes=lanes, hw_dir=hw_dir, threads=threads)
     data = np.random.default_rng(0).standard_normal((d.depth, lanes)).astype(np.float32)
     d.write_bank(0, data)
     from pimrt.pim.asm import assemble
@@ -71,6 +75,9 @@ def run(args) -> int:
     lane_counts = parse_lanes(args.lanes)
     if args.clocks < 1:
         raise PimError(f"--clocks must be at least 1, got {args.clocks}")
+    for what, n in (("--threads", args.threads), ("--baseline-threads", args.baseline_threads)):
+        if n < 1:
+            raise PimError(f"{what} must be 1 or more, got {n}")
     if args.baseline_hw and not os.path.isdir(args.baseline_hw):
         raise PimError(f"--baseline-hw: no directory {args.baseline_hw}")
     load0 = os.getloadavg()[0]
@@ -80,7 +87,8 @@ def run(args) -> int:
     print(hdr)
     print("-" * len(hdr))
     for lanes in lane_counts:
-        units = [_unit(lanes, None)] + ([_unit(lanes, args.baseline_hw)] if base else [])
+        units = [_unit(lanes, None, args.threads)] + (
+            [_unit(lanes, args.baseline_hw, args.baseline_threads)] if base else [])
         ref = None
         for name, source in OPS.items():
             res = [_time_op(u, source, args.clocks) for u in units]

@@ -103,6 +103,16 @@ class Backend:
                                 f"in {self._disasm(pc)}", code=code, pc=pc)
         return cycles
 
+    def run_chunks(self, setup, jobs) -> list:
+        """Run a kernel's independent chunks: `setup(unit)` loads what every chunk shares
+        (program, scalars) into a unit, then each `job(unit)` writes its chunk into the
+        unit's bank, runs it and reads its results back, returning its cycles. A chunk's
+        bits and cycles depend on the chunk alone. Here: one unit, chunk after chunk; a
+        backend with several units (the batch driver) spreads them. -> each job's result,
+        in order."""
+        setup(self)
+        return [job(self) for job in jobs]
+
     # ---- helpers -----------------------------------------------------------------------
     def _disasm(self, pc: int) -> str:
         if 0 <= pc < len(self.program):

@@ -179,31 +179,42 @@ def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
     if chunk < B:
         raise PimCapacityError(f"kernel {name}: the bank of {backend.depth} columns cannot hold "
                                f"{len(streams)} streams of {B} columns")
-    backend.load_program(k.program())
-    backend.set_scalars(np.asarray([scalars.get(s, CONSTANTS.get(s, 0.0)) for s in k.scalars]
-                                   or [0.0], np.float32))
+    program = k.program()
+    scal = np.asarray([scalars.get(s, CONSTANTS.get(s, 0.0)) for s in k.scalars] or [0.0],
+                      np.float32)
     cols_total = -(-n // L)
     outs = {s: np.empty(cols_total * L, np.float32) for s in k.outputs}
     res = StreamResult(outs)
     region = {s: i * chunk for i, s in enumerate(streams)}
-    for c0 in range(0, max(cols_total, 1), chunk):
-        cols = min(chunk, cols_total - c0)
-        padded = -(-max(cols, 1) // B) * B
-        for s in streams:
-            if s in data:
-                seg = data[s][c0 * L:(c0 + cols) * L]
-                if seg.size != padded * L:       # the last chunk: pad with zeros
-                    buf = np.zeros(padded * L, np.float32)
-                    buf[:seg.size] = seg
-                    seg = buf
-                backend.write_bank(region[s], seg.view(np.uint32).reshape(padded, L))
-        backend.set_pointers([region[s] for _, s in k.pointers()])
-        backend.set_counts(stream_counts(k, cols))
-        res.cycles += backend.run(**({"max_cycles": max_cycles} if max_cycles else {}))
-        res.chunks += 1
-        for s in outs:
-            got = backend.read_bank(region[s], cols).view(np.float32).ravel()
-            outs[s][c0 * L:(c0 + cols) * L] = got
+    ptrs = [region[s] for _, s in k.pointers()]
+
+    def setup(unit: Backend) -> None:
+        unit.load_program(program)
+        unit.set_scalars(scal)
+
+    def job(c0: int):
+        def run_on(unit: Backend) -> int:
+            cols = min(chunk, cols_total - c0)
+            padded = -(-max(cols, 1) // B) * B
+            for s in streams:
+                if s in data:
+                    seg = data[s][c0 * L:(c0 + cols) * L]
+                    if seg.size != padded * L:       # the last chunk: pad with zeros
+                        buf = np.zeros(padded * L, np.float32)
+                        buf[:seg.size] = seg
+                        seg = buf
+                    unit.write_bank(region[s], seg.view(np.uint32).reshape(padded, L))
+            unit.set_pointers(ptrs)
+            unit.set_counts(stream_counts(k, cols))
+            cycles = unit.run(**({"max_cycles": max_cycles} if max_cycles else {}))
+            for s in outs:
+                got = unit.read_bank(region[s], cols).view(np.float32).ravel()
+                outs[s][c0 * L:(c0 + cols) * L] = got
+            return cycles
+        return run_on
+
+    cycles = backend.run_chunks(setup, [job(c0) for c0 in range(0, max(cols_total, 1), chunk)])
+    res.cycles, res.chunks = sum(cycles), len(cycles)
     res.elements = n
     for s in outs:
         outs[s] = outs[s][:n]
@@ -491,35 +502,44 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
         par = np.repeat(par[:, :, None], L, axis=2).reshape(rows, npar, L)
     outs = {s: np.empty((rows, P * L), np.float32) for s in k.outputs}
     acc = np.empty((rows, k.acc, L), np.float32) if k.acc else None
-    backend.load_program(k.program())
-    backend.set_scalars(np.zeros(1, np.float32))
+    program = k.program()
     per_run = backend.depth // per_piece
     res = ChannelResult(outs, None, pieces=pieces, columns=P, shift=shift, counts=counts)
-    for r0 in range(0, rows, per_run):
-        m = min(per_run, rows - r0)
-        bases = [i * m * P for i in range(ns)]
-        par_base = ns * m * P
-        acc_base = par_base + m * npar
-        for i, s in enumerate(k.streams):
-            if s in lay:
-                backend.write_bank(bases[i], lay[s][r0:r0 + m].view(np.uint32).reshape(m * P, L))
-        ptrs = list(bases)
-        if npar:
-            backend.write_bank(par_base, par[r0:r0 + m].view(np.uint32).reshape(m * npar, L))
-            ptrs.append(par_base)
-        if k.acc:
-            ptrs.append(acc_base)
-        backend.set_pointers(ptrs)
-        backend.set_counts(channel_counts(k, P, m))
-        res.cycles += backend.run(**({"max_cycles": max_cycles} if max_cycles else {}))
-        res.runs += 1
-        for i, s in enumerate(k.streams):
-            if s in outs:
-                outs[s][r0:r0 + m] = backend.read_bank(bases[i], m * P).view(
-                    np.float32).reshape(m, P * L)
-        if k.acc:
-            acc[r0:r0 + m] = backend.read_bank(acc_base, m * k.acc).view(
-                np.float32).reshape(m, k.acc, L)
+
+    def setup(unit: Backend) -> None:
+        unit.load_program(program)
+        unit.set_scalars(np.zeros(1, np.float32))
+
+    def job(r0: int):
+        def run_on(unit: Backend) -> int:
+            m = min(per_run, rows - r0)
+            bases = [i * m * P for i in range(ns)]
+            par_base = ns * m * P
+            acc_base = par_base + m * npar
+            for i, s in enumerate(k.streams):
+                if s in lay:
+                    unit.write_bank(bases[i], lay[s][r0:r0 + m].view(np.uint32).reshape(m * P, L))
+            ptrs = list(bases)
+            if npar:
+                unit.write_bank(par_base, par[r0:r0 + m].view(np.uint32).reshape(m * npar, L))
+                ptrs.append(par_base)
+            if k.acc:
+                ptrs.append(acc_base)
+            unit.set_pointers(ptrs)
+            unit.set_counts(channel_counts(k, P, m))
+            cycles = unit.run(**({"max_cycles": max_cycles} if max_cycles else {}))
+            for i, s in enumerate(k.streams):
+                if s in outs:
+                    outs[s][r0:r0 + m] = unit.read_bank(bases[i], m * P).view(
+                        np.float32).reshape(m, P * L)
+            if k.acc:
+                acc[r0:r0 + m] = unit.read_bank(acc_base, m * k.acc).view(
+                    np.float32).reshape(m, k.acc, L)
+            return cycles
+        return run_on
+
+    cycles = backend.run_chunks(setup, [job(r0) for r0 in range(0, rows, per_run)])
+    res.cycles, res.runs = sum(cycles), len(cycles)
     res.outputs = {s: v.reshape(C, pieces * P * L)[:, :n] for s, v in outs.items()}
     if k.acc:
         res.acc = acc.reshape(C, pieces, k.acc, L)
@@ -728,22 +748,30 @@ def _pool_block(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W:
     per_image = big + small
     if W * cb > 0x7FFF:
         raise PimCapacityError(f"{name}: row stride {W * cb} columns does not fit ADDP's step")
-    backend.load_program(pool_program(name, W, cb))
-    backend.set_scalars(np.asarray([0.25], np.float32))
+    program = pool_program(name, W, cb)
     fwd = name.endswith("fwd")
     out = np.zeros((N, Ho, Wo, cb * L) if fwd else (N, H, W, cb * L), np.float32)
     per_chunk = backend.depth // per_image
-    cycles = 0
-    for n0 in range(0, N, per_chunk):
-        nb = min(per_chunk, N - n0)
-        big_base, small_base = 0, nb * big
-        data = src[n0:n0 + nb].reshape(-1, L).view(np.uint32)
-        backend.write_bank(big_base if fwd else small_base, data)
-        backend.set_pointers(pool_pointers(W, cb, big_base, small_base))
-        backend.set_counts(pool_counts(name, nb, H, W, cb))
-        cycles += backend.run()
-        got = backend.read_bank(small_base if fwd else big_base, nb * (small if fwd else big))
-        out[n0:n0 + nb] = got.view(np.float32).reshape(out[n0:n0 + nb].shape)
+
+    def setup(unit: Backend) -> None:
+        unit.load_program(program)
+        unit.set_scalars(np.asarray([0.25], np.float32))
+
+    def job(n0: int):
+        def run_on(unit: Backend) -> int:
+            nb = min(per_chunk, N - n0)
+            big_base, small_base = 0, nb * big
+            data = src[n0:n0 + nb].reshape(-1, L).view(np.uint32)
+            unit.write_bank(big_base if fwd else small_base, data)
+            unit.set_pointers(pool_pointers(W, cb, big_base, small_base))
+            unit.set_counts(pool_counts(name, nb, H, W, cb))
+            cycles = unit.run()
+            got = unit.read_bank(small_base if fwd else big_base, nb * (small if fwd else big))
+            out[n0:n0 + nb] = got.view(np.float32).reshape(out[n0:n0 + nb].shape)
+            return cycles
+        return run_on
+
+    cycles = sum(backend.run_chunks(setup, [job(n0) for n0 in range(0, N, per_chunk)]))
     elements = N * (Ho * Wo if fwd else H * W) * C
     backend.record(name, cycles, elements)
     return out
