@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import functools
 
+import textwrap
+
 import numpy as np
 
 PJ_TO_MJ = 1e-9
@@ -236,9 +238,11 @@ def plot(bars: list[tuple[str, dict]], path, title: str) -> None:
     from pimrt.output import atomic_savefig
     many = len(bars) > 6                         # a comparison: the panels one above the other
     if many:
-        fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.45 * len(bars) + 2), 7.5))
+        fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.45 * len(bars) + 2), 7.5),
+                                 layout="constrained")
     else:
-        fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.1 * len(bars) + 3), 4.2))
+        fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.1 * len(bars) + 3), 4.2),
+                                 layout="constrained")
     x = np.arange(len(bars))
     for ax, parts, sub in ((axes[0], PARTS, "the step"),
                            (axes[1], PARTS[1:], "memory side: DRAM, PIM, I/O")):
@@ -248,13 +252,13 @@ def plot(bars: list[tuple[str, dict]], path, title: str) -> None:
             ax.bar(x, v, 0.7, bottom=bottom, color=COLORS[part], label=LABELS[part])
             bottom += v
         rotate = len(bars) > 3
-        ax.set_xticks(x, [label for label, _ in bars], rotation=45 if rotate else 0,
+        # long labels (a user's model named by its folder) wrapped, so they fit the figure
+        ax.set_xticks(x, [textwrap.fill(label, 24) for label, _ in bars], rotation=45 if rotate else 0,
                       ha="right" if rotate else "center", fontsize=8)
         ax.set_ylabel("mJ per training step")
         ax.set_title(sub, fontsize=9)
     axes[0].legend(fontsize=8, loc="lower center", ncol=4, framealpha=0.9)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
 
