@@ -53,7 +53,7 @@ def plot(root, x: str, y: str, by: str | None, where: list[str], png=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from pimrt.output import atomic_savefig
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(8.5 if by else 7, 4.2))
     width = 0.8 / len(series)
     for k, (label, values) in enumerate(series.items()):
         pts = [(v, sum(values[v]) / len(values[v])) for v in xs if v in values]
@@ -69,7 +69,8 @@ def plot(root, x: str, y: str, by: str | None, where: list[str], png=None):
     ax.set_ylabel(y)
     ax.grid(alpha=0.3)
     if by:
-        ax.legend(fontsize=8)
+        # beside the axes, not over the bars or lines
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     title = f"{y} against {x}" + (f" by {by}" if by else "")
     if others:
         title += f"\n(mean over {', '.join(others)})"
