@@ -102,6 +102,7 @@ def run(args) -> int:
     from pimrt.sweep import executors, runner
     ex = executors.executor(args.jobs, args.scheduler, args.timeout)
     started = time.perf_counter()
+    stop = _stop_on_sigterm()
     try:
         store.start()
         print(f"sweep {spec.name}: {_count(n, 'point')} ({', '.join(spec.axes)}) and "
@@ -112,10 +113,31 @@ def run(args) -> int:
     except BaseException:
         ex.close(cancel=True)
         raise
+    finally:
+        stop.restore()
     print(runner.report(result, store, started))
     if result.interrupted:
-        return 130
+        return 128 + stop.signum
     return 1 if any(store.failed(p) for p in spec.points) else 0
+
+
+class _stop_on_sigterm:
+    """SIGTERM (`kill`, a batch system's time limit) stops a sweep as Ctrl-C does: the tasks
+    running are ended, the finished points stay, the command exits 128 + the signal (130
+    for Ctrl-C, 143 for SIGTERM), and no worker is left running."""
+
+    def __init__(self):
+        import signal
+        self.signum = signal.SIGINT
+        self.old = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+        raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        import signal
+        signal.signal(signal.SIGTERM, self.old)
 
 
 def _count(n: int, what: str) -> str:

@@ -21,12 +21,34 @@ from pimrt.errors import ConfigError
 
 
 def _worker_init() -> None:
-    """Ctrl-C reaches every process of the terminal; the client is the one that acts."""
+    """Ctrl-C reaches every process of the terminal; the client is the one that acts. A
+    worker whose client is gone (killed outright, even by SIGKILL) is ended with it on
+    Linux, not left computing a task no one will read."""
     import signal
     import threading
     from tqdm import tqdm
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        _end_with_parent()
     tqdm.set_lock(threading.RLock())
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _end_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGTERM): the kernel sends this process SIGTERM when its
+    parent (the sweep's client, which spawned it from its main thread) exits."""
+    import ctypes
+    import os
+    import signal
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return                       # no prctl: the client's own cleanup is what remains
+    if os.getppid() == 1:            # the client died before the call: nothing to wait for
+        os._exit(1)
 
 
 class LocalExecutor:
