@@ -212,14 +212,16 @@ def test_command_line_misuse(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_the_documented_sensitivity_spec_is_the_bench_s_variants():
-    """docs/sweep-sensitivity.toml: the five CNNs x pimrt bench sensitivity's variants, each
-    with that variant's part keys and host part, at its groups."""
+@pytest.mark.parametrize("name, size", [("sweep-sensitivity.toml", 32),
+                                        ("sweep-sensitivity-224.toml", 224)])
+def test_the_documented_sensitivity_spec_is_the_bench_s_variants(name, size):
+    """docs/sweep-sensitivity.toml (32x32) and docs/sweep-sensitivity-224.toml: the five CNNs
+    x pimrt bench sensitivity's variants, each with that variant's part keys and host part,
+    at its groups."""
     import pathlib
     from pimrt.bench.sensitivity import VARIANTS
     from pimrt.runtime.timing import DEFAULT_GROUPS
-    s = specs.load(pathlib.Path(__file__).resolve().parents[1] / "docs" /
-                   "sweep-sensitivity.toml")
+    s = specs.load(pathlib.Path(__file__).resolve().parents[1] / "docs" / name)
     assert len(s.points) == 5 * len(VARIANTS) and len(systems(s)) == len(s.points)
     for p in s.points:
         _, overrides, host = VARIANTS[p.values["variant"]]
@@ -227,4 +229,4 @@ def test_the_documented_sensitivity_spec_is_the_bench_s_variants():
         assert {f"{t}.{k}": v for t, kv in mem.items() for k, v in kv.items()} == overrides
         assert p.options["host_part"] == host and not host_keys
         assert (p.options["policy"], p.options["groups"], p.options["batch"],
-                p.options["input"]) == ("authority", DEFAULT_GROUPS, 32, 32)
+                p.options["input"]) == ("authority", DEFAULT_GROUPS, 32, size)
