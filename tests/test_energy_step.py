@@ -109,6 +109,22 @@ def test_summary_takes_the_runs_own_part_keys(runs):
     assert keyed["pim"] > plain["pim"]
 
 
+def test_one_run_figured_on_two_parts_that_differ_in_a_pim_key(runs):
+    """A sweep gives one GPU-only run to points whose parts differ only in the PIM's lanes:
+    each point's energy is figured on its own part (once the first part's was kept for both,
+    since the memory part's repr names only its file)."""
+    _, out = runs
+    gpu = out["gpu_only"]
+    part8 = step_part("v100_hbm2_pim", "v100")
+    from pimrt.memctl import load_part
+    part16 = step_part(load_part("v100_hbm2_pim", {"pim": {"lanes": 16}}), "v100")
+    first = energy.cached_energy(gpu, part8, "v100")
+    then = energy.cached_energy(gpu, part16, "v100")
+    fresh = energy.step_energy(gpu, part16, "v100")
+    assert then["total"] == fresh["total"] and then["counts"] == fresh["counts"]
+    assert energy.cached_energy(gpu, part8, "v100")["total"] == first["total"]
+
+
 @pytest.mark.parametrize("over, words", [
     ({"energy": {"flops": "int8"}}, "[energy] flops: 'int8' is not one of fp32, tensor"),
     ({"energy": {"static_w": -1}}, "[energy] static_w: must be >= 0"),

@@ -43,23 +43,30 @@ def swept(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("policy", ["authority", "serial"])
-def test_each_point_is_the_run_pimrt_run_times(swept, tmp_path, policy):
+@pytest.mark.parametrize("policy, lanes", [("authority", 8), ("serial", 8), ("authority", 16)])
+def test_each_point_is_the_run_pimrt_run_times(swept, tmp_path, policy, lanes):
     """A point run after its baselines, in another process than they ran in, is `pimrt run`'s
-    run to the last digit and byte (the serial point is the serial baseline's report)."""
+    run to the last digit and byte (the serial point is the serial baseline's report). The
+    16-lane point shares the 8-lane system's GPU-only step (the lanes are the PIM's timing)
+    and is still the run on a 16-lane part, its GPU-only energy included."""
     rs = rows(swept / "out")
     assert [(r["index"], r["status"], r["policy"], r["set.pim.lanes"]) for r in rs] == [
         ("1", "done", "serial", "8"), ("2", "done", "serial", "16"),
         ("3", "done", "authority", "8"), ("4", "done", "authority", "16")]
-    row = next(r for r in rs if r["policy"] == policy and r["set.pim.lanes"] == "8")
+    row = next(r for r in rs if r["policy"] == policy and r["set.pim.lanes"] == str(lanes))
+    part = tmp_path / "part.toml"
+    from pimrt.memctl.config import PARTS_DIR
+    part.write_text(f'include = "{PARTS_DIR / "v100_hbm2_pim.toml"}"\n[pim]\nlanes = {lanes}\n')
     assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--input", "32",
-                 "--policy", policy, "--functional", "none", "--quiet",
+                 "--policy", policy, "--functional", "none", "--quiet", "--part", str(part),
                  "--out", str(tmp_path / "run")]) == 0
     ran = json.loads((tmp_path / "run" / "summary.json").read_text())
     for key in ("step_ms", "serial_step_ms", "gpu_only_step_ms", "bound_step_ms",
                 "lower_bound_step_ms", "mode_switches", "requests", "speedup_vs_gpu_only",
                 "speedup_vs_serial", "step_vs_bound"):
         assert float(row[key]) == ran[key], key
+    for key in ("total", "gpu_only_total", "serial_total", "vs_gpu_only"):
+        assert float(row[f"energy_mj.{key}"]) == ran["energy_mj"][key], key
     folder = swept / "out" / "points" / row["id"]
     assert (tmp_path / "run" / "layers.csv").read_bytes() == \
         (folder / "layers.csv").read_bytes()
@@ -81,23 +88,25 @@ def test_auth8_folder_is_what_pimrt_run_writes(swept):
 
 
 def test_each_baseline_runs_once_as_its_own_task(swept):
-    """Two systems (8 and 16 lanes), two policies each: a serial, a GPU-only step and a bound
-    per system, then the four points; DIR/tasks.csv has a row per task that ran."""
+    """Two systems (8 and 16 lanes), two policies each: a serial step and a bound per system,
+    one GPU-only step for both (the lanes are the PIM's timing), then the four points;
+    DIR/tasks.csv has a row per task that ran."""
     with open(swept / "out" / "tasks.csv", newline="") as f:
         tasks = list(csv.DictReader(f))
     kinds = [t["kind"] for t in tasks]
-    assert sorted(kinds) == sorted(["serial", "gpu_only", "bound"] * 2 + ["point"] * 4)
+    assert sorted(kinds) == sorted(["serial", "bound"] * 2 + ["gpu_only"] + ["point"] * 4)
     assert len({t["key"] for t in tasks}) == len(tasks)           # none ran twice
     assert all(t["status"] == "done" and t["worker"] and float(t["wall_s"]) > 0
                for t in tasks)
-    # a point comes back after every baseline of its system
+    # a point comes back after every baseline of its system, and after the GPU-only step
     order = {t["key"]: i for i, t in enumerate(tasks)}
+    gpu = order[next(k for k in order if k.startswith("gpu_only "))]
     for r in rows(swept / "out"):
         group = json.loads((swept / "out" / "sweep.json").read_text())["points"][
             int(r["index"]) - 1]["group"]
         base = [i for k, i in order.items() if k.split()[0] != "point" and
                 k.split()[1] == group]
-        assert len(base) == 3 and order[f"point {r['id']}"] > max(base)
+        assert len(base) == 2 and order[f"point {r['id']}"] > max(base + [gpu])
 
 
 def test_a_part_key_is_the_part_with_that_key(swept):

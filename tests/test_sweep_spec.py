@@ -66,12 +66,19 @@ host_set.compute.efficiency = 0.5
     tasks = plan(s.points)
     kinds = [t.kind for t in tasks.values()]
     assert kinds.count("point") == 8
-    assert kinds.count("serial") == kinds.count("gpu_only") == kinds.count("bound") == 4
+    assert kinds.count("serial") == kinds.count("bound") == 4
+    # the lanes are the PIM's timing alone: a GPU-only step per host part, not per system
+    assert kinds.count("gpu_only") == 2
     for t in tasks.values():
         if t.kind == "point":
             assert [tasks[n].kind for n in t.needs] == ["serial", "gpu_only", "bound"]
-            assert all(tasks[n].key.split()[1] == t.point.group for n in t.needs)
+            serial, gpu, bound = (tasks[n].key.split()[1] for n in t.needs)
+            assert serial == bound == t.point.group and gpu == t.point.gpu_group
             assert list(tasks).index(t.key) > max(list(tasks).index(n) for n in t.needs)
+    by_gpu = {}
+    for p in s.points:
+        by_gpu.setdefault(p.gpu_group, set()).add(p.values["variant"])
+    assert sorted(by_gpu.values(), key=sorted) == [{"base"}, {"tc"}]
 
 
 def test_ids_name_the_run_not_the_spec(tmp_path):
@@ -114,9 +121,10 @@ def test_points_are_the_product_and_groups_share_all_but_per_point_options(
         assert all(o == shared[0] for o in shared)
     n_systems = len(lanes) * max(variants, 1)
     assert len(systems(s)) == n_systems
-    # a serial and a GPU-only step per system, a bound per system and groups; a task each
+    # a serial step per system, a bound per system and groups, and one GPU-only step (the
+    # systems differ only in the PIM's lanes and mode switch); a task each
     kinds = [t.kind for t in plan(s.points).values()]
-    assert kinds.count("serial") == kinds.count("gpu_only") == n_systems
+    assert kinds.count("serial") == n_systems and kinds.count("gpu_only") == 1
     assert kinds.count("bound") == n_systems * len(groups)
     assert kinds.count("point") == len(s.points)
 
@@ -181,7 +189,8 @@ def test_a_grid_over_the_limit_needs_yes(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run", "--yes",
                  "--quiet"]) == 0
-    assert "201 points and 603 baselines they share, simulator code " in \
+    # a serial step and a bound per point, one GPU-only step (the mode switch is the PIM's)
+    assert "201 points and 403 baselines they share, simulator code " in \
         capsys.readouterr().out
     # a grid far too large is refused before its points are made
     huge = write(tmp_path, TINY + "[grid]\n" + "".join(f"set.pim.{k} = {list(range(1, 101))}\n"
@@ -230,3 +239,13 @@ def test_the_documented_sensitivity_spec_is_the_bench_s_variants(name, size):
         assert p.options["host_part"] == host and not host_keys
         assert (p.options["policy"], p.options["groups"], p.options["batch"],
                 p.options["input"]) == ("authority", DEFAULT_GROUPS, 32, size)
+    # the GPU-only step per model and system as the host sees it: the default, one stack and
+    # the Tensor-Core host; lanes, the PIM's clock and the mode switch share the default's
+    kinds = [t.kind for t in plan(s.points).values()]
+    assert kinds.count("gpu_only") == 5 * 3 and kinds.count("serial") == 5 * len(VARIANTS)
+    for model in {p.options["model"] for p in s.points}:
+        mine = {p.values["variant"]: p.gpu_group for p in s.points
+                if p.options["model"] == model}
+        assert len({mine[v] for v in ("default", "lanes16", "pim_at_memory_clock",
+                                      "switch_x4")}) == 1
+        assert len({mine[v] for v in ("default", "one_stack", "tensor_core_host")}) == 3

@@ -24,7 +24,7 @@ spread over the tasks by their share of the step's cycles (pimrt.runtime.attribu
 from __future__ import annotations
 
 import functools
-
+import json
 import textwrap
 
 import numpy as np
@@ -169,7 +169,11 @@ def step_energy(run, part, host_part) -> dict:
 
 def cached_energy(run, part, host_part) -> dict:
     """step_energy, kept on the StepTiming (a comparison reports each baseline per policy)."""
-    key = (repr(part), repr(host_part))          # every value of both parts (a sweep's keys)
+    # every value of both parts: a sweep gives one GPU-only run to points whose memory parts
+    # differ in a PIM key (the part's repr names only its file)
+    from pimrt.host.part import load_host_part
+    host_part = load_host_part(host_part)
+    key = json.dumps([part.to_dict(), host_part.to_dict()], sort_keys=True, default=str)
     memo = getattr(run, "_energy", None)
     if memo is None or memo[0] != key:
         memo = (key, step_energy(run, part, host_part))

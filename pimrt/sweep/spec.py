@@ -34,6 +34,12 @@ from pimrt.sweep.options import (HOST_PREFIX, PART_PREFIX, canonical, check_valu
 TABLES = ("sweep", "fixed", "grid", "points")
 # options that do not change a point's serial and GPU-only baselines (its system)
 PER_POINT = ("policy", "groups", "slices", "no_plan", "functional")
+# part keys that only the PIM's timing reads: the GPU-only step never enters PIM mode, so
+# points that differ only in these share one GPU-only baseline (its energy is still counted
+# per point, with the point's own part); the units per bank group are not here, since the
+# placement of the tensors follows the units
+PIM_TIMING_KEYS = ("set.pim.lanes", "set.pim.clock_mhz", "set.pim.clock_ratio",
+                   "set.pim.mode_switch_cycles")
 FILE_OPTIONS = ("part", "host_part", "host_times")
 
 
@@ -44,6 +50,7 @@ class Point:
     values: dict           # the axes' values of this point (what the results table shows)
     options: dict          # every option of the run, with the part keys (set.*, host_set.*)
     group: str             # the id of its system, whose baselines it shares
+    gpu_group: str = ""    # the id of its system as the GPU-only step sees it (no PIM timing)
 
 
 @dataclasses.dataclass
@@ -148,8 +155,11 @@ def parse(data: dict, path: pathlib.Path, limit: int | None = None) -> Spec:
             seen[pid] = (len(points) + 1, values)
             group = _hash({k: v for k, v in opts.items() if k not in PER_POINT},
                           path.parent)
+            gpu_group = _hash({k: v for k, v in opts.items()
+                               if k not in PER_POINT and k not in PIM_TIMING_KEYS},
+                              path.parent)
             points.append(Point(len(points), pid, values, _resolved(opts, path.parent),
-                                group))
+                                group, gpu_group))
     spec_hash = hashlib.sha256("\n".join(p.id for p in points).encode()).hexdigest()[:16]
     return Spec(path, name, axes, fixed, points, spec_hash)
 

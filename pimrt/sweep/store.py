@@ -94,7 +94,8 @@ class Store:
             "pimrt": __version__, "code": self.code, "earlier_code": self.earlier,
             "spec": s.path.read_text(), "axes": s.axes, "fixed": s.fixed,
             "points": [{"index": p.index + 1, "id": p.id, "values": p.values,
-                        "group": p.group} for p in s.points]}, indent=2, default=str))
+                        "group": p.group, "gpu_group": p.gpu_group}
+                       for p in s.points]}, indent=2, default=str))
         for p in s.points:
             folder = self.folder(p)
             summary, error = folder / "summary.json", folder / "error.json"

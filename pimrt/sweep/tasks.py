@@ -3,7 +3,8 @@ own task, and each point runs as its own task after the baselines it needs.
 
     serial SYSTEM          the serial host+PIM step on the point's system (its `group`: every
                            option but policy, groups, slices, no_plan and functional)
-    gpu_only SYSTEM        the GPU-only step on that system
+    gpu_only SYSTEM        the GPU-only step on that system, shared by the points whose
+                           systems differ only in the PIM's timing (lanes, clock, mode switch)
     bound SYSTEM g s plan  the contention-free bound per (groups, slices, plan), with the
                            planned schedule a pipelined policy of the same key reuses
     functional SYSTEM ...  the functional check per (backend, groups, slices), where asked
@@ -59,7 +60,8 @@ def plan(points) -> dict[str, Task]:
     for p in points:
         o, g = p.options, p.group
         s = _slices(o)
-        needs = [need("serial", f"serial {g}", o), need("gpu_only", f"gpu_only {g}", o),
+        needs = [need("serial", f"serial {g}", o),
+                 need("gpu_only", f"gpu_only {p.gpu_group or g}", o),
                  need("bound", f"bound {g} g{o['groups']} s{s} "
                                f"{'no_plan' if o['no_plan'] else 'plan'}", o)]
         if o["functional"] != "none":
