@@ -249,3 +249,12 @@ def test_the_documented_sensitivity_spec_is_the_bench_s_variants(name, size):
         assert len({mine[v] for v in ("default", "lanes16", "pim_at_memory_clock",
                                       "switch_x4")}) == 1
         assert len({mine[v] for v in ("default", "one_stack", "tensor_core_host")}) == 3
+
+
+def test_the_authority_rule_is_a_point_s_own(tmp_path):
+    """Points that differ in the authority rule share their system's baselines."""
+    s = specs.load(write(tmp_path, TINY + '[grid]\nauthority_rule = ["layer", "slack"]\n'))
+    assert [p.options["authority_rule"] for p in s.points] == ["layer", "slack"]
+    assert len(systems(s)) == 1
+    kinds = [t.kind for t in plan(s.points).values()]
+    assert kinds.count("serial") == kinds.count("gpu_only") == kinds.count("bound") == 1

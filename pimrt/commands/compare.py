@@ -40,6 +40,8 @@ def register(subparsers) -> None:
                    help="folder for each run's outputs and the summary table")
     p.add_argument("--no-plan", action="store_true",
                    help="keep every weight gradient right after its dX (see pimrt run --help)")
+    p.add_argument("--authority-rule", default="layer", choices=("layer", "slack"),
+                   help="how the authority policy sets its epochs (see pimrt run --help)")
     p.add_argument("--host-times", default="model", metavar="model|measure|DIR",
                    help="the host's CONV/linear compute: the host part's model (default); "
                         "'measure': timed on this machine's CUDA GPU (written to "
@@ -145,7 +147,7 @@ def _model_runs(m: str, graph, policies: list[str], args, folder: str, times):
         r = serial if policy == "serial" else session.timed(
             graph, policy, args.groups, args.part, args.host_part, args.quiet, f"{m} {policy}",
             exchange=args.update, plan=not args.no_plan, host_times=host_times,
-            slices=args.slices)
+            slices=args.slices, authority_rule=args.authority_rule)
         from pimrt.output import writing
         with writing(args.out / folder / policy) as where:  # marked until every file is written
             s = report.write_all(r, serial, meta, where, gpu, bound)

@@ -55,6 +55,11 @@ def register(subparsers) -> None:
                    help="keep every weight gradient right after its dX (by default a "
                         "pipelined SGD or GradSA step moves some to where the host would wait "
                         "for the PIM: docs/runtime.md)")
+    p.add_argument("--authority-rule", default="layer", choices=("layer", "slack"),
+                   help="how the authority policy sets its epochs per host CONV: 'layer' "
+                        "(default: from the layer's traits) or 'slack' (the host holds the "
+                        "channel where the step waits for it, yields where it has slack; "
+                        "docs/runtime.md)")
     p.add_argument("--host-times", default="model", metavar="model|measure|FILE",
                    help="the host's CONV/linear compute: the host part's model (default); "
                         "'measure': the real kernels timed on this machine's CUDA GPU (written "
@@ -147,7 +152,8 @@ def run(args) -> int:
                            args.layrub, exchange, host_times=times)
     run = serial if args.policy == "serial" else session.timed(
         graph, args.policy, args.groups, args.part, args.host_part, args.quiet, args.policy,
-        args.layrub, exchange, plan=not args.no_plan, host_times=times, slices=slices)
+        args.layrub, exchange, plan=not args.no_plan, host_times=times, slices=slices,
+        authority_rule=args.authority_rule)
     gpu, bound = session.baselines(graph, args.groups, args.part, args.host_part, args.quiet,
                                    "", args.layrub, exchange, not args.no_plan, times, slices)
     s = report.write_all(run, serial, meta, out, gpu, bound)

@@ -17,6 +17,15 @@ So:
   at half its queue, epochs of at least 8 switch costs) and pays for few switches.
 
 switch_cost = tRP (precharge all) + 2 x mode_switch_cycles (in and out of PIM mode).
+
+The slack rule (`--authority-rule slack`) asks instead whether the step waits for the host
+task: it list-schedules the step on the tasks' durations alone (the planned schedule's,
+pimrt.runtime.plan.slack) and gives each host CONV/linear task
+- with little slack (under CRITICAL_SLACK of its duration: the step waits for it) the
+  channel: the PIM's epochs capped at CRITICAL_CAP_SWITCHES switch costs, the host taking
+  the channel back once one request waits, epochs of at least two switch costs;
+- with slack (the step waits for the PIM meanwhile) long PIM epochs, as a memory-bound host
+  layer gets from the per-layer rule.
 """
 from __future__ import annotations
 
@@ -28,6 +37,31 @@ def switch_cost(part: Part) -> int:
     return part.timing["tRP"] + 2 * ms
 
 
+CRITICAL_SLACK = 0.05          # a host task with less slack than this share of its duration
+CRITICAL_CAP_SWITCHES = 6      # the PIM's epoch cap beside a critical host task, switch costs
+
+
+def yielding_parameters(part: Part) -> dict[str, int]:
+    """The host yields: long PIM epochs, the host taking the channel back at half its queue,
+    epochs of at least 8 switch costs (few switches)."""
+    q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
+    return {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * switch_cost(part)}
+
+
+def critical_parameters(part: Part) -> dict[str, int]:
+    """The host holds the channel: short PIM epochs, the host taking it back once one request
+    waits, epochs of at least two switch costs."""
+    cost = switch_cost(part)
+    return {"epoch_cap": CRITICAL_CAP_SWITCHES * cost, "host_high_watermark": 1,
+            "min_epoch": 2 * cost}
+
+
+def slack_parameters(part: Part, slack: int, duration: int) -> dict[str, int]:
+    """The slack rule's parameters for a host task with this slack and duration alone."""
+    critical = slack < CRITICAL_SLACK * duration
+    return critical_parameters(part) if critical else yielding_parameters(part)
+
+
 def layer_parameters(part: Part, host_requests: int, host_compute_cycles: int) -> dict[str, int]:
     q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
     cost = switch_cost(part)
@@ -35,7 +69,7 @@ def layer_parameters(part: Part, host_requests: int, host_compute_cycles: int) -
     r = host_requests / max(host_compute_cycles, 1) / chans       # requests / cycle / channel
     fill = q / r if r > 0 else 1e9
     if r * part.burst_cycles >= 1:                                   # memory-bound
-        return {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * cost}
+        return yielding_parameters(part)
     cap = int(min(4000, max(4 * cost, fill)))
     hwm = int(min(q // 2, max(1, round(r * cost))))
     return {"epoch_cap": cap, "host_high_watermark": hwm, "min_epoch": 2 * cost}

@@ -50,6 +50,26 @@ def list_schedule(schedule: Schedule, duration: dict) -> tuple[int, np.ndarray, 
     return (int(end.max()) if n else 0), start, end
 
 
+def slack(schedule: Schedule, duration: dict) -> np.ndarray:
+    """Each task's slack in the list schedule: how much later it could end without the step
+    ending later, each side keeping its order (its latest end from a backward pass over its
+    dependents and the next task on its side, less its end). The critical path's tasks have
+    none."""
+    m, start, end = list_schedule(schedule, duration)
+    n = len(schedule.tasks)
+    latest_end = np.full(n, m, np.int64)
+    latest_start = np.zeros(n, np.int64)
+    after = {"host": None, "pim": None}
+    for t in reversed(schedule.tasks):
+        if after[t.side] is not None:
+            latest_end[t.id] = min(latest_end[t.id], latest_start[after[t.side]])
+        latest_start[t.id] = latest_end[t.id] - duration[task_key(t)]
+        for d in t.deps:
+            latest_end[d] = min(latest_end[d], latest_start[t.id])
+        after[t.side] = t.id
+    return latest_end - end
+
+
 def _host_waits(schedule: Schedule, start, end, defer: dict) -> dict[str, int]:
     """Per CONV, the host's idle time just before its backward tasks (and the dWs deferred
     to it, which come first)."""

@@ -82,6 +82,9 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict,
         # weight gradients the plan moved later in the host's backward order: CONV -> the
         # CONV whose backward they now precede (pimrt.runtime.plan)
         "deferred_weight_gradients": dict(run.deferred),
+        # the authority policy's parameters: per layer, by slack, or none (other policies,
+        # or parameters fixed by options): pimrt.runtime.authority
+        "authority_rule": run.authority_rule,
         # CONV/linear layers whose forward pass ran by batch slices (pimrt.runtime.schedule)
         "sliced_layers": list(dict.fromkeys(t.layer for t in run.schedule.tasks
                                             if t.slice >= 0 and t.side == "host"

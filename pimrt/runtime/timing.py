@@ -11,12 +11,13 @@ import types
 
 import numpy as np
 
+from pimrt.errors import ConfigError
 from pimrt.graph import LayerGraph
 from pimrt.memctl import load_part
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import Schedule, build_schedule
 from pimrt.runtime.work import context, task_records
-from pimrt.runtime.authority import layer_parameters
+from pimrt.runtime.authority import layer_parameters, slack_parameters
 from pimrt.trace.records import (BARRIER, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ, RECORD_DTYPE,
                                  SIGNAL, WAIT, WRITE)
 
@@ -37,6 +38,7 @@ class StepTiming:
     modes: np.ndarray = None   # PIM_ENTER / PIM_EXIT per channel
     exchange: object = None    # the ExchangeConfig the update ran with
     deferred: dict = dataclasses.field(default_factory=dict)  # the planned dWs: {CONV: later CONV}
+    authority_rule: str | None = None   # how the authority parameters were set, if they were
 
     @property
     def makespan(self) -> int:
@@ -113,11 +115,13 @@ def _dma(transfers) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, RECORD_DTYPE)
 
 
-def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | None = None):
+def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | None = None,
+                slack: tuple | None = None):
     """Yield record arrays: for each task, WAITs for its dependencies (their data must have
     landed: requests completed, not just offered), a SIGNAL at its start (event 2 id), its
     work, a SIGNAL at its end (event 2 id + 1). With rule, each host CONV/linear task first
-    sets the authority parameters for its traits."""
+    sets the authority parameters for its traits, or, with slack ((slack, duration alone)
+    per task id: the slack rule), for whether the step waits for it."""
     last_side = None
     for t in schedule.tasks:
         who = HOST if t.side == "host" else PIM
@@ -129,7 +133,9 @@ def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | N
         if rule and t.side == "host" and t.kind in ("conv", "linear"):
             nreq = int((work["op"] <= WRITE).sum())
             compute = int(work["value"][work["op"] == DELAY].sum())
-            parts.append(_params(layer_parameters(ctx.part, nreq, compute)))
+            parts.append(_params(
+                slack_parameters(ctx.part, *slack[t.id]) if slack is not None
+                else layer_parameters(ctx.part, nreq, compute)))
         parts.append(_marker(SIGNAL, who, 2 * t.id))
         parts.append(work)
         parts.append(_marker(SIGNAL, who, 2 * t.id + 1))
@@ -173,6 +179,8 @@ def group_rule(part, host_part, groups: int = 4):
 # 10.671 ms, MobileNetV2 4.931 / 5.047 / 5.176; docs/runtime-measurements.md); `--groups 4` asks
 # for them (the one-stack part's choice).
 DEFAULT_GROUPS = 1
+# how the authority policy's parameters are set per host task (pimrt.runtime.authority)
+AUTHORITY_RULES = ("layer", "slack")
 DEFAULT_SLICES = 4     # most batch slices of the forward pass (docs/runtime.md)
 # how much longer a CONV's batch slices may take the host (modelled) than its channel groups:
 # the pipeline across layers hides some (batch 32, 32x32, authority, slack 0.05 / 0.15 / 0.3:
@@ -331,7 +339,8 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
               part="v100_hbm2_pim", host_part="v100", issue_width: int | None = None, progress=None,
               options: dict | None = None, rule: bool | None = None,
               layrub: bool = False, exchange=None, plan: bool = True,
-              host_times=None, slices: int | None = None) -> StepTiming:
+              host_times=None, slices: int | None = None,
+              authority_rule: str = "layer") -> StepTiming:
     """Time one training step of `graph` (captured at its batch) under `policy`. The serial
     policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
     on for authority unless options fix the parameters) sets the authority parameters per
@@ -344,8 +353,12 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
     place). host_times: measured host kernel times, (layer, phase, lo, hi) -> ms, replacing
     the modelled compute of those tasks (pimrt.runtime.host_times). slices: the forward
     pass's batch slices (default: slices_for the batch; the CONVs slice_rule picks run by
-    slice; 1: channel groups only)."""
+    slice; 1: channel groups only). authority_rule: "layer" (the per-layer rule) or "slack"
+    (by whether the step waits for the host task: pimrt.runtime.authority)."""
     from pimrt.runtime.exchange import ExchangeConfig
+    if authority_rule not in AUTHORITY_RULES:
+        raise ConfigError(f"unknown authority rule {authority_rule!r}; choose one of "
+                          f"{', '.join(AUTHORITY_RULES)}")
     if not isinstance(exchange, ExchangeConfig):
         exchange = ExchangeConfig(mode=exchange or "sgd")
     slices = slices_for(graph.batch, slices)
@@ -361,18 +374,27 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
     p = step_part(part, host_part)
     placement = place_step(graph, p, exchange.mode)
     pipelined = policy != "serial"
-    defer = {}
+    defer, duration = {}, None
     if pipelined and plan and exchange.mode in ("sgd", "gradsa") and not layrub:
-        schedule, _, defer = planned_schedule(graph, groups, p, host_part, issue_width,
-                                              progress, exchange=exchange,
-                                              host_times=host_times, slices=slices)
+        schedule, duration, defer = planned_schedule(graph, groups, p, host_part, issue_width,
+                                                     progress, exchange=exchange,
+                                                     host_times=host_times, slices=slices)
     elif pipelined:
         schedule = pipelined_schedule(graph, groups, p, host_part, exchange.mode, slices)
     else:
         schedule = build_schedule(graph, 1, pipelined=False, exchange=exchange.mode)
+    slack = None
+    if rule and authority_rule == "slack":
+        if duration is None:
+            duration = alone_durations(schedule, graph, p, host_part, issue_width, progress,
+                                       exchange, host_times)
+        from pimrt.runtime.plan import slack as task_slack, task_key
+        left = task_slack(schedule, duration)
+        slack = {t.id: (int(left[t.id]), duration[task_key(t)]) for t in schedule.tasks}
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
-                           options, rule, layrub, exchange, placement, host_times)
+                           options, rule, layrub, exchange, placement, host_times, slack)
     timing.deferred = defer
+    timing.authority_rule = authority_rule if rule else None
     return timing
 
 
@@ -394,10 +416,13 @@ def gpu_only_schedule(graph: LayerGraph, exchange: str = "sgd") -> Schedule:
 def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
                   policy: str = "authority", issue_width: int | None = None, progress=None,
                   options: dict | None = None, rule: bool = False, layrub: bool = False,
-                  exchange=None, placement=None, host_times=None) -> StepTiming:
+                  exchange=None, placement=None, host_times=None,
+                  slack: dict | None = None) -> StepTiming:
     """Run the tasks of `schedule` through memctl under `policy` on the part (a Part, as
     step_part gives it); a schedule with pipelined=False gets a barrier whenever the side
-    changes. rule: the authority parameters per host CONV/linear (pimrt.runtime.authority)."""
+    changes. rule: the authority parameters per host CONV/linear (pimrt.runtime.authority);
+    slack: {task id: (slack, duration alone)} for the slack rule instead of the per-layer
+    one."""
     from pimrt.runtime.exchange import ExchangeConfig
     exchange = exchange or ExchangeConfig()
     issue_width = issue_width or peak_issue_width(part)
@@ -408,7 +433,7 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
     ctl = Controller(part, Options(policy=policy, issue_width=issue_width, **(options or {})))
     wall = time.perf_counter()
     transfers = layrub_transfers(schedule, ctx) if layrub else None
-    total = _run(ctl, task_stream(schedule, ctx, rule, transfers), progress)
+    total = _run(ctl, task_stream(schedule, ctx, rule, transfers, slack), progress)
     start, end = _task_times(ctl, len(schedule.tasks))
     wall = time.perf_counter() - wall
     return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(),

@@ -135,7 +135,8 @@ def point(o: dict, given: dict) -> dict:
         meta["functional"] = given["functional"]
     meta["layrub"] = o["layrub"]
     run = given["serial"] if o["policy"] == "serial" else s.timed(
-        o, o["policy"], o["groups"], plan=not o["no_plan"], slices=s.slices)
+        o, o["policy"], o["groups"], plan=not o["no_plan"], slices=s.slices,
+        authority_rule=o["authority_rule"])
     with tempfile.TemporaryDirectory(prefix="pimrt-sweep-") as tmp:
         summary = report.write_all(run, given["serial"], meta, tmp, given["gpu_only"],
                                    b["bound"])

@@ -1,0 +1,104 @@
+"""The authority policy's slack rule (`--authority-rule slack`): each task's slack in the list
+schedule (pimrt.runtime.plan.slack), the parameters a host task gets from it, and a step
+timed under it doing the same work as under the per-layer rule."""
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pimrt.cli import main
+from pimrt.errors import ConfigError
+from pimrt.graph import capture
+from pimrt.memctl import load_part
+from pimrt.runtime.authority import (CRITICAL_CAP_SWITCHES, critical_parameters,
+                                     slack_parameters, switch_cost, yielding_parameters)
+from pimrt.runtime.plan import list_schedule, slack, task_key
+from pimrt.runtime.schedule import Schedule, Task
+from pimrt.runtime.timing import time_step
+
+from test_runtime import small_cnn
+
+
+@st.composite
+def schedules(draw):
+    """A step's tasks on two sides, each depending on some earlier ones, with durations."""
+    n = draw(st.integers(1, 14))
+    tasks = []
+    for i in range(n):
+        deps = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
+        tasks.append(Task(i, draw(st.sampled_from(["host", "pim"])), f"l{i}", "conv", "fwd",
+                          -1, 1, sorted(deps)))
+    duration = {task_key(t): draw(st.integers(0, 50)) for t in tasks}
+    return Schedule(None, 1, tasks, True), duration
+
+
+@given(schedules())
+@settings(max_examples=200, deadline=None)
+def test_slack_is_how_much_longer_a_task_may_take(drawn):
+    """A task made longer by its slack leaves the list schedule's makespan as it is; one cycle
+    more makes it one cycle longer. Some task has none."""
+    s, duration = drawn
+    m = list_schedule(s, duration)[0]
+    left = slack(s, duration)
+    assert (left >= 0).all() and (left == 0).any()
+    for t in s.tasks:
+        k = task_key(t)
+        for extra, want in ((int(left[t.id]), m), (int(left[t.id]) + 1, m + 1)):
+            assert list_schedule(s, {**duration, k: duration[k] + extra})[0] == want
+
+
+def test_a_critical_host_task_holds_the_channel_one_with_slack_yields():
+    part = load_part("v100_hbm2_pim")
+    cost = switch_cost(part)
+    q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
+    hold = {"epoch_cap": CRITICAL_CAP_SWITCHES * cost, "host_high_watermark": 1,
+            "min_epoch": 2 * cost}
+    give = {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * cost}
+    assert critical_parameters(part) == hold and yielding_parameters(part) == give
+    assert slack_parameters(part, 0, 10_000) == hold
+    assert slack_parameters(part, 499, 10_000) == hold          # under 5% of its duration
+    assert slack_parameters(part, 500, 10_000) == give
+    # a longer mode switch: the PIM's epochs beside a critical task grow with it
+    slow = load_part("v100_hbm2_pim", {"pim": {"mode_switch_cycles": 96}})
+    assert critical_parameters(slow)["epoch_cap"] == CRITICAL_CAP_SWITCHES * switch_cost(slow)
+
+
+@pytest.fixture(scope="module")
+def both():
+    g = capture(small_cnn([8, 16, 16], [True, True, False], "max"), (4, 3, 8, 8))
+    return {rule: time_step(g, "authority", 1, part="v100_hbm2_pim", authority_rule=rule)
+            for rule in ("layer", "slack")}
+
+
+def test_the_slack_rule_runs_the_same_work(both):
+    """Only the epochs differ: the same tasks, requests and bytes per requestor."""
+    a, b = both["layer"], both["slack"]
+    assert [task_key(t) for t in a.schedule.tasks] == [task_key(t) for t in b.schedule.tasks]
+    assert a.stats["requests"] == b.stats["requests"]
+    for side in ("host", "pim"):
+        assert a.stats["requestors"][side]["bytes"] == b.stats["requestors"][side]["bytes"]
+    assert (a.authority_rule, b.authority_rule) == ("layer", "slack")
+    for r in (a, b):                    # each task after the tasks it depends on
+        for t in r.schedule.tasks:
+            assert all(r.start[t.id] >= r.end[d] for d in t.deps)
+
+
+def test_an_unknown_rule_is_refused():
+    g = capture(small_cnn([8], [True], None), (2, 3, 8, 8))
+    with pytest.raises(ConfigError, match="unknown authority rule 'fast'; choose one of "
+                                          "layer, slack"):
+        time_step(g, "authority", 1, part="v100_hbm2_pim", authority_rule="fast")
+
+
+def test_pimrt_run_takes_the_rule_and_says_it(tmp_path, capsys):
+    assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
+                 "--quiet", "--authority-rule", "slack", "--out", str(tmp_path / "s")]) == 0
+    s = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert s["authority_rule"] == "slack" and s["step_ms"] > 0
+    assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
+                 "--quiet", "--policy", "serial", "--out", str(tmp_path / "r")]) == 0
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["authority_rule"] is None
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--authority-rule", "fast"])
+    assert e.value.code == 2 and "invalid choice: 'fast'" in capsys.readouterr().err
