@@ -92,10 +92,17 @@ def test_an_unknown_rule_is_refused():
 
 
 def test_pimrt_run_takes_the_rule_and_says_it(tmp_path, capsys):
+    """The slack rule by default, the per-layer one when asked, none for other policies."""
     assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
-                 "--quiet", "--authority-rule", "slack", "--out", str(tmp_path / "s")]) == 0
+                 "--quiet", "--out", str(tmp_path / "s")]) == 0
     s = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert s["authority_rule"] == "slack" and s["step_ms"] > 0
+    assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
+                 "--quiet", "--authority-rule", "layer", "--out", str(tmp_path / "l")]) == 0
+    layer = json.loads((tmp_path / "l" / "summary.json").read_text())
+    assert layer["authority_rule"] == "layer"
+    for key in ("serial_step_ms", "gpu_only_step_ms", "bound_step_ms", "requests"):
+        assert layer[key] == s[key], key          # the baselines and the work: the same
     assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
                  "--quiet", "--policy", "serial", "--out", str(tmp_path / "r")]) == 0
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["authority_rule"] is None

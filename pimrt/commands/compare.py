@@ -40,7 +40,7 @@ def register(subparsers) -> None:
                    help="folder for each run's outputs and the summary table")
     p.add_argument("--no-plan", action="store_true",
                    help="keep every weight gradient right after its dX (see pimrt run --help)")
-    p.add_argument("--authority-rule", default="layer", choices=("layer", "slack"),
+    p.add_argument("--authority-rule", default="slack", choices=("slack", "layer"),
                    help="how the authority policy sets its epochs (see pimrt run --help)")
     p.add_argument("--host-times", default="model", metavar="model|measure|DIR",
                    help="the host's CONV/linear compute: the host part's model (default); "

@@ -55,11 +55,11 @@ def register(subparsers) -> None:
                    help="keep every weight gradient right after its dX (by default a "
                         "pipelined SGD or GradSA step moves some to where the host would wait "
                         "for the PIM: docs/runtime.md)")
-    p.add_argument("--authority-rule", default="layer", choices=("layer", "slack"),
-                   help="how the authority policy sets its epochs per host CONV: 'layer' "
-                        "(default: from the layer's traits) or 'slack' (the host holds the "
-                        "channel where the step waits for it, yields where it has slack; "
-                        "docs/runtime.md)")
+    p.add_argument("--authority-rule", default="slack", choices=("slack", "layer"),
+                   help="how the authority policy sets its epochs per host CONV: 'slack' "
+                        "(default: the host holds the channel where the step waits for it, "
+                        "yields where it has slack) or 'layer' (from the layer's traits "
+                        "alone); docs/runtime.md")
     p.add_argument("--host-times", default="model", metavar="model|measure|FILE",
                    help="the host's CONV/linear compute: the host part's model (default); "
                         "'measure': the real kernels timed on this machine's CUDA GPU (written "

@@ -80,14 +80,15 @@ def preflight(graph, part: str, groups: int, exchange: str = "sgd",
 
 def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,
           desc: str = "", layrub: bool = False, exchange=None, plan: bool = True,
-          host_times=None, slices: int | None = None, authority_rule: str = "layer"):
+          host_times=None, slices: int | None = None, authority_rule: str | None = None):
     from tqdm import tqdm
     bar = tqdm(unit="rec", unit_scale=True, desc=desc or policy, disable=quiet or None,
                file=sys.stderr, leave=False)
     try:
         return time_step(graph, policy, groups, part=part, host_part=host_part,
                          progress=bar.update, layrub=layrub, exchange=exchange, plan=plan,
-                         host_times=host_times, slices=slices, authority_rule=authority_rule)
+                         host_times=host_times, slices=slices,
+                         **({"authority_rule": authority_rule} if authority_rule else {}))
     finally:
         bar.close()
 

@@ -179,8 +179,11 @@ def group_rule(part, host_part, groups: int = 4):
 # 10.671 ms, MobileNetV2 4.931 / 5.047 / 5.176; docs/runtime-measurements.md); `--groups 4` asks
 # for them (the one-stack part's choice).
 DEFAULT_GROUPS = 1
-# how the authority policy's parameters are set per host task (pimrt.runtime.authority)
+# how the authority policy's parameters are set per host task (pimrt.runtime.authority):
+# by slack by default, the shorter step on 19 of the sensitivity study's 20 32x32 systems
+# tried (docs/runtime.md); "layer" is the per-layer rule, the default until then
 AUTHORITY_RULES = ("layer", "slack")
+DEFAULT_AUTHORITY_RULE = "slack"
 DEFAULT_SLICES = 4     # most batch slices of the forward pass (docs/runtime.md)
 # how much longer a CONV's batch slices may take the host (modelled) than its channel groups:
 # the pipeline across layers hides some (batch 32, 32x32, authority, slack 0.05 / 0.15 / 0.3:
@@ -340,7 +343,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
               options: dict | None = None, rule: bool | None = None,
               layrub: bool = False, exchange=None, plan: bool = True,
               host_times=None, slices: int | None = None,
-              authority_rule: str = "layer") -> StepTiming:
+              authority_rule: str = DEFAULT_AUTHORITY_RULE) -> StepTiming:
     """Time one training step of `graph` (captured at its batch) under `policy`. The serial
     policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
     on for authority unless options fix the parameters) sets the authority parameters per
@@ -353,8 +356,8 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
     place). host_times: measured host kernel times, (layer, phase, lo, hi) -> ms, replacing
     the modelled compute of those tasks (pimrt.runtime.host_times). slices: the forward
     pass's batch slices (default: slices_for the batch; the CONVs slice_rule picks run by
-    slice; 1: channel groups only). authority_rule: "layer" (the per-layer rule) or "slack"
-    (by whether the step waits for the host task: pimrt.runtime.authority)."""
+    slice; 1: channel groups only). authority_rule: "slack" (by whether the step waits for
+    the host task, the default) or "layer" (the per-layer rule): pimrt.runtime.authority."""
     from pimrt.runtime.exchange import ExchangeConfig
     if authority_rule not in AUTHORITY_RULES:
         raise ConfigError(f"unknown authority rule {authority_rule!r}; choose one of "
