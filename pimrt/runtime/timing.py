@@ -180,8 +180,9 @@ def group_rule(part, host_part, groups: int = 4):
 # for them (the one-stack part's choice).
 DEFAULT_GROUPS = 1
 # how the authority policy's parameters are set per host task (pimrt.runtime.authority):
-# by slack by default, the shorter step on 19 of the sensitivity study's 20 32x32 systems
-# tried (docs/runtime.md); "layer" is the per-layer rule, the default until then
+# by slack by default (the shorter step on 24 of the 32x32 sensitivity study's 30 points, all
+# five CNNs on the default system among them; docs/runtime.md); "layer" is the per-layer
+# rule, the default until 2026-12-04
 AUTHORITY_RULES = ("layer", "slack")
 DEFAULT_AUTHORITY_RULE = "slack"
 DEFAULT_SLICES = 4     # most batch slices of the forward pass (docs/runtime.md)
