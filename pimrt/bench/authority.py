@@ -8,8 +8,7 @@ import json
 import pathlib
 
 HELP = ("authority parameters: the slack and per-layer rules vs fixed defaults vs an "
-        "exhaustive grid "
-        "search (epoch cap x host high watermark) on small CNN training steps")
+        "exhaustive grid search (epoch cap x host high watermark) on small CNN training steps")
 
 
 def add_arguments(p) -> None:

@@ -116,7 +116,7 @@ def _dma(transfers) -> np.ndarray:
 
 
 def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | None = None,
-                slack: tuple | None = None):
+                slack: dict | None = None):
     """Yield record arrays: for each task, WAITs for its dependencies (their data must have
     landed: requests completed, not just offered), a SIGNAL at its start (event 2 id), its
     work, a SIGNAL at its end (event 2 id + 1). With rule, each host CONV/linear task first
