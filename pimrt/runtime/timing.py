@@ -131,11 +131,12 @@ def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | N
         last_side = t.side
         work = task_records(t, ctx)
         if rule and t.side == "host" and t.kind in ("conv", "linear"):
-            nreq = int((work["op"] <= WRITE).sum())
-            compute = int(work["value"][work["op"] == DELAY].sum())
-            parts.append(_params(
-                slack_parameters(ctx.part, *slack[t.id]) if slack is not None
-                else layer_parameters(ctx.part, nreq, compute)))
+            if slack is not None:
+                parts.append(_params(slack_parameters(ctx.part, *slack[t.id])))
+            else:
+                nreq = int((work["op"] <= WRITE).sum())
+                compute = int(work["value"][work["op"] == DELAY].sum())
+                parts.append(_params(layer_parameters(ctx.part, nreq, compute)))
         parts.append(_marker(SIGNAL, who, 2 * t.id))
         parts.append(work)
         parts.append(_marker(SIGNAL, who, 2 * t.id + 1))

@@ -50,7 +50,7 @@ class Point:
     values: dict           # the axes' values of this point (what the results table shows)
     options: dict          # every option of the run, with the part keys (set.*, host_set.*)
     group: str             # the id of its system, whose baselines it shares
-    gpu_group: str = ""    # the id of its system as the GPU-only step sees it (no PIM timing)
+    gpu_group: str         # the id of its system as the GPU-only step sees it (no PIM timing)
 
 
 @dataclasses.dataclass

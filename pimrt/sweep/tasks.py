@@ -61,7 +61,7 @@ def plan(points) -> dict[str, Task]:
         o, g = p.options, p.group
         s = _slices(o)
         needs = [need("serial", f"serial {g}", o),
-                 need("gpu_only", f"gpu_only {p.gpu_group or g}", o),
+                 need("gpu_only", f"gpu_only {p.gpu_group}", o),
                  need("bound", f"bound {g} g{o['groups']} s{s} "
                                f"{'no_plan' if o['no_plan'] else 'plan'}", o)]
         if o["functional"] != "none":
