@@ -441,16 +441,27 @@ static int step_cursor(mc_sim *sim, int k, tick t)
             }
             break;
         case MC_BARRIER:
+            if (t < cu->busy_until) { /* its computing first */
+                cu->next = cu->busy_until;
+                return MC_OK;
+            }
             if (!pass_barrier(sim, cu, t)) return MC_OK;
             break;
         case MC_DELAY:
         case MC_SIGNAL:
-        case MC_WAIT: {
+        case MC_WAIT:
+        case MC_COMPUTE: {
             if (r->requestor >= MC_NUM_REQ)
                 return mc_set_error(sim, MC_ERR_TRACE, "record %llu: unknown requestor %u",
                                     (unsigned long long)cu->pos, (unsigned)r->requestor);
             if (sim->cursors == 2 && r->requestor != k) break; /* the other stream's */
-            if (r->op == MC_DELAY) {
+            if (t < cu->busy_until) { /* the computing a COMPUTE started ends first */
+                cu->next = cu->busy_until;
+                return MC_OK;
+            }
+            if (r->op == MC_COMPUTE) {
+                cu->busy_until = t + (tick)r->value;
+            } else if (r->op == MC_DELAY) {
                 if (!cu->delay_until) cu->delay_until = t + (tick)r->value;
                 if (t < cu->delay_until) {
                     cu->next = cu->delay_until;

@@ -169,6 +169,7 @@ typedef struct cursor {
     int blocked;               /* waiting for a queue slot */
     int barrier;               /* waiting at a barrier */
     tick delay_until;          /* in a DELAY until then (0: not in one) */
+    tick busy_until;           /* computing (a COMPUTE record) until then */
     int waiting;               /* at a WAIT for an event that has not fired */
 } cursor;
 

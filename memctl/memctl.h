@@ -34,7 +34,10 @@ enum {
     MC_READ = 0, MC_WRITE = 1, MC_LAYER = 2, MC_PARAM = 3, MC_BARRIER = 4,
     MC_DELAY = 5,   /* the requestor's stream pauses `value` cycles (compute time) */
     MC_SIGNAL = 6,  /* event `value` fires once the requestor's earlier requests completed */
-    MC_WAIT = 7     /* the requestor's stream waits until event `value` has fired */
+    MC_WAIT = 7,    /* the requestor's stream waits until event `value` has fired */
+    MC_COMPUTE = 8  /* the requestor computes `value` cycles while its stream goes on: the
+                     * requests after it issue meanwhile; its next COMPUTE, DELAY, SIGNAL,
+                     * WAIT or BARRIER waits until the computing is done */
 };
 enum { MC_HOST = 0, MC_PIM = 1 };
 /* PARAM ids */

@@ -13,6 +13,7 @@ from pimrt.cli import main
 from pimrt.errors import ConfigError
 from pimrt.runtime import host_times as ht
 from pimrt.runtime.session import captured
+from pimrt.trace.records import WRITE
 
 MODEL, BATCH = "resnet_cifar_20", 2
 
@@ -50,9 +51,9 @@ def _kernels(graph, part=None, groups=None):
 
 
 def test_the_kernels_of_a_step():
-    graph = captured(MODEL, 32, 32)    # at batch 32 the group rule splits some CONVs, and the
-    wanted = _kernels(graph, "hbm2_pim", 4)   # slice rule slices some (their slices fill a row
-                                           # span: 256 KiB on one stack)
+    graph = captured("resnet18", 32, 32)  # at batch 32 the group rule splits some CONVs and
+    wanted = _kernels(graph, "hbm2_pim", 4)   # the slice rule slices some (their slices fill
+                                              # a row span: 256 KiB on one stack)
     assert len(wanted) == len(set(wanted))
     serial = ht.step_kernels(graph, 4, None, pipelined=False)
     convs = [n.name for n in graph if n.kind in ("conv", "linear")]
@@ -94,7 +95,7 @@ def test_a_measured_time_replaces_the_modelled_compute(graph):
     from pimrt.runtime.schedule import build_schedule
     from pimrt.runtime.timing import step_part
     from pimrt.runtime.work import context, host_kernel, host_records
-    from pimrt.trace.records import DELAY
+    from pimrt.trace.records import COMPUTE, DELAY
     part = step_part("hbm2_pim", "v100")
     schedule = build_schedule(graph, 1, pipelined=False)
     task = next(t for t in schedule.tasks if t.kind == "conv" and t.phase == "bwd_weight")
@@ -103,15 +104,15 @@ def test_a_measured_time_replaces_the_modelled_compute(graph):
     for times, expect in ((None, None), ({kernel: 0.25}, math.ceil(0.25e6 / tck))):
         ctx = context(graph, part, place_step(graph, part), "v100", host_times=times)
         recs = host_records(task, ctx)
-        delay = int(recs["value"][recs["op"] == DELAY].sum())
+        delay = int(recs["value"][np.isin(recs["op"], (DELAY, COMPUTE))].sum())
         if expect is None:
             from pimrt.host import HostWork
             expect = HostWork(graph[task.layer], BATCH, kernel[1], kernel[2:4]).compute_cycles(
                 None, tck)
         assert delay == expect
         # the request stream is the same either way
-        assert (recs["op"] != DELAY).sum() == (host_records(task, context(
-            graph, part, place_step(graph, part), "v100"))["op"] != DELAY).sum()
+        assert (recs["op"] <= WRITE).sum() == (host_records(task, context(
+            graph, part, place_step(graph, part), "v100"))["op"] <= WRITE).sum()
 
 
 def test_measure_then_replay(tmp_path, capsys, fake_gpu, graph):
@@ -262,7 +263,8 @@ def test_times_for_fewer_groups_do_not_cover_a_run_with_more(tmp_path):
     times, info = session.host_times(graph, str(path), 4, "hbm2_pim", "v100", pipelined=False)
     assert info["kernels"] == len(times) and all(v == 0.01 for v in times.values())
     with pytest.raises(ConfigError, match="measure them on a GPU machine"):
-        session.host_times(graph, str(path), 4, "hbm2_pim", "v100", pipelined=True)
+        # (on four stacks the group rule splits CONVs of this batch-8 step)
+        session.host_times(graph, str(path), 4, "v100_hbm2_pim", "v100", pipelined=True)
     assert np.isclose(sum(times.values()), 0.01 * len(times))
 
 
@@ -273,7 +275,7 @@ def test_a_sliced_forward_kernel_has_its_own_time():
     from pimrt.runtime.schedule import build_schedule
     from pimrt.runtime.timing import step_part
     from pimrt.runtime.work import context, host_kernel, host_records
-    from pimrt.trace.records import DELAY
+    from pimrt.trace.records import COMPUTE, DELAY
     graph = captured(MODEL, 8, 32)
     part = step_part("hbm2_pim", "v100")
     task = next(t for t in build_schedule(graph, 2, slices=4).tasks
@@ -284,7 +286,7 @@ def test_a_sliced_forward_kernel_has_its_own_time():
     for times, ms in (({kernel: 0.25, whole: 4.0}, 0.25), ({whole: 4.0}, None)):
         recs = host_records(task, context(graph, part, place_step(graph, part), "v100",
                                           host_times=times))
-        delay = int(recs["value"][recs["op"] == DELAY].sum())
+        delay = int(recs["value"][np.isin(recs["op"], (DELAY, COMPUTE))].sum())
         if ms is None:       # no time for the slice: the model's, for 2 images
             from pimrt.host import HostWork
             ms = HostWork(graph[task.layer], 2, kernel[1], kernel[2:4]).compute_seconds() * 1e3

@@ -798,6 +798,42 @@ static void idle_gap_both_ways(void)
     mc_free(sim);
 }
 
+/* COMPUTE: the requests after it issue while it computes; a SIGNAL waits for the computing.
+ * 2000 reads (about 130 cycles of bus on one stack) under a 3000-cycle COMPUTE end at 3000, the
+ * same reads after a 3000-cycle DELAY after 3000 + their own time; two COMPUTEs add up. */
+static uint64_t compute_run(int op, int twice)
+{
+    mc_config k = hbm2("serial");
+    char err[256];
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    if (!sim) return 0;
+    enum { N = 2004 };
+    mc_record *r = calloc(N, sizeof *r);
+    r[0].op = (uint8_t)op; r[0].value = 3000;
+    for (int i = 1; i < 2001; i++) { r[i].op = MC_READ; r[i].addr = (uint64_t)i * 64; }
+    r[2001].op = twice ? (uint8_t)op : MC_DELAY; r[2001].value = twice ? 3000 : 0;
+    r[2002].op = MC_DELAY; r[2002].value = 0;
+    r[2003].op = MC_SIGNAL; r[2003].value = 1;
+    int rc = run_all(sim, r, N);
+    uint64_t reached = 0, fired = 0;
+    mc_event(sim, 1, &reached, &fired);
+    CHECK(rc == MC_OK, "compute: rc %d: %s", rc, mc_error(sim));
+    free(r);
+    mc_free(sim);
+    return fired;
+}
+
+static void compute_overlaps_the_requests_after_it(void)
+{
+    uint64_t c = compute_run(MC_COMPUTE, 0), d = compute_run(MC_DELAY, 0);
+    uint64_t c2 = compute_run(MC_COMPUTE, 1);
+    CHECK(c == 3000, "compute: the reads under a COMPUTE end with it: %llu", (unsigned long long)c);
+    CHECK(d > 3000 + 100, "compute: after a DELAY the reads add their time: %llu",
+          (unsigned long long)d);
+    CHECK(c2 == 6000, "compute: a second COMPUTE starts when the first ends: %llu",
+          (unsigned long long)c2);
+}
+
 int main(void)
 {
     const char *policies[] = {"serial", "authority", "bank_partition"};
@@ -822,6 +858,7 @@ int main(void)
     huge_twr_sums_in_64_bits();
     random_configs();
     idle_gap_both_ways();
+    compute_overlaps_the_requests_after_it();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

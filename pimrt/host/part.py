@@ -33,9 +33,14 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "peak_tflops": ("float+", _REQUIRED),
         "sms": ("count", _REQUIRED),
         "clock_ghz": ("float+", _REQUIRED),
-        "efficiency": ("frac", _REQUIRED),
+        "efficiency": ("frac", _REQUIRED),        # implicit-GEMM forward, main tile, full wave
+        "dgrad_efficiency": ("frac", _REQUIRED),  # the same for backward_data
+        "wgrad_efficiency": ("frac", _REQUIRED),  # the same for backward_weight
         "ctas_per_sm": ("count", 1),
-        "kernel_overhead_us": ("float0", 0.0),
+        "k_fill_steps": ("float0", _REQUIRED),    # K steps a CTA spends filling its pipeline
+        "kernel_overhead_us": ("float0", _REQUIRED),  # fixed cost per kernel
+        "max_split_k": ("count", _REQUIRED),      # most K splits of one GEMM
+        "strided_dgrad_zero_cost": ("float0", _REQUIRED),  # see pimrt.host.algorithm
     },
     "l2": {
         "size_bytes": ("count", _REQUIRED),
@@ -47,8 +52,27 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "tile_m": ("count", _REQUIRED),
         "tile_n": ("count", _REQUIRED),
         "tile_k": ("count", _REQUIRED),
+        # candidate CTA tiles [tile_m, tile_n, CTAs per SM]; default: the main tile alone
+        "tiles": ("tiles", None),
+        "tile_intensity": ("float0", _REQUIRED),  # c of a smaller tile's share of peak
     },
-    "memory": {"loaded_latency_ns": ("float+", _REQUIRED)},
+    # Winograd kernels for r x r stride-1 convs (docs/host_model.md); without the table, none
+    "winograd": {
+        "tile": ("count", _REQUIRED),             # m of F(m x m, r x r)
+        "filters": ("sizes", _REQUIRED),          # the r it takes
+        "efficiency": ("frac", _REQUIRED),        # share of peak of its batched GEMMs
+    },
+    # Tensor-Core kernels need channel counts in multiples of channel_multiple (cuDNN 7);
+    # others run on a slower path (docs/host_model.md); without the table, no such rule
+    "tensor_cores": {
+        "channel_multiple": ("count", _REQUIRED),
+        "unaligned_efficiency": ("frac", _REQUIRED),  # share of peak on the slower path
+    },
+    "memory": {
+        "loaded_latency_ns": ("float+", _REQUIRED),
+        "peak_gbs": ("float+", _REQUIRED),        # the GPU's own memory, GB/s
+        "stream_fraction": ("frac", _REQUIRED),   # what a streaming kernel reaches of a peak
+    },
     # energy (docs/energy.md); a part without the table reports its energy as unavailable
     "energy": {
         "fp32_pj_per_flop": ("float+", _REQUIRED),
@@ -58,7 +82,7 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "static_w": ("float0", _REQUIRED),   # drawn whatever the GPU does
     },
 }
-OPTIONAL_TABLES = {"energy"}
+OPTIONAL_TABLES = {"energy", "winograd", "tensor_cores"}
 FLOP_KINDS = ("fp32", "tensor")
 
 
@@ -75,6 +99,11 @@ class HostPart:
     efficiency: float
     ctas_per_sm: int
     kernel_overhead_us: float
+    dgrad_efficiency: float
+    wgrad_efficiency: float
+    k_fill_steps: float
+    max_split_k: int
+    strided_dgrad_zero_cost: float
     l2_bytes: int
     l2_line_bytes: int
     l2_sector_bytes: int
@@ -82,7 +111,16 @@ class HostPart:
     tile_m: int
     tile_n: int
     tile_k: int
+    tiles: tuple            # ((tile_m, tile_n, CTAs per SM), ...)
+    tile_intensity: float
+    winograd_tile: int      # 0: no Winograd kernels
+    winograd_filters: tuple
+    winograd_efficiency: float
+    channel_multiple: int           # 1: any channel count runs at full speed
+    unaligned_efficiency: float
     loaded_latency_ns: float
+    peak_gbs: float
+    stream_fraction: float
     #: [energy] as (key, value) pairs (hashable, as the part is); () when the file has none
     energy_items: tuple = ()
 
@@ -107,6 +145,16 @@ class HostPart:
     def sustained_flops(self) -> float:
         """peak_flops x efficiency: what a full wave of CTAs achieves."""
         return self.peak_flops * self.efficiency
+
+    @property
+    def kernel_overhead_s(self) -> float:
+        return self.kernel_overhead_us * 1e-6
+
+    @property
+    def stream_bytes_per_s(self) -> float:
+        """What a streaming kernel moves a second on the GPU's own memory: peak_gbs x
+        stream_fraction."""
+        return self.peak_gbs * 1e9 * self.stream_fraction
 
     @property
     def slots(self) -> int:
@@ -205,16 +253,31 @@ def load_host_part(name_or_path: str | pathlib.Path | HostPart,
     if v["energy"] is not None and v["energy"]["flops"] not in FLOP_KINDS:
         raise ConfigError(f"{where}: [energy] flops: {v['energy']['flops']!r} is not one of "
                           f"{', '.join(FLOP_KINDS)}")
+    tiles = v["gemm"]["tiles"] or ((v["gemm"]["tile_m"], v["gemm"]["tile_n"],
+                                     v["compute"]["ctas_per_sm"]),)
+    wino, tc = v["winograd"], v["tensor_cores"]
     return HostPart(
         name=name, description=v["host"]["description"], path=path,
         peak_tflops=v["compute"]["peak_tflops"], sms=v["compute"]["sms"],
         clock_ghz=v["compute"]["clock_ghz"], efficiency=v["compute"]["efficiency"],
         ctas_per_sm=v["compute"]["ctas_per_sm"],
         kernel_overhead_us=v["compute"]["kernel_overhead_us"],
+        dgrad_efficiency=v["compute"]["dgrad_efficiency"],
+        wgrad_efficiency=v["compute"]["wgrad_efficiency"],
+        k_fill_steps=v["compute"]["k_fill_steps"],
+        max_split_k=v["compute"]["max_split_k"],
+        strided_dgrad_zero_cost=v["compute"]["strided_dgrad_zero_cost"],
         l2_bytes=v["l2"]["size_bytes"], l2_line_bytes=v["l2"]["line_bytes"],
         l2_sector_bytes=v["l2"]["sector_bytes"], l2_usable_fraction=v["l2"]["usable_fraction"],
         tile_m=v["gemm"]["tile_m"], tile_n=v["gemm"]["tile_n"], tile_k=v["gemm"]["tile_k"],
+        tiles=tiles, tile_intensity=v["gemm"]["tile_intensity"],
+        winograd_tile=wino["tile"] if wino else 0,
+        winograd_filters=tuple(wino["filters"]) if wino else (),
+        winograd_efficiency=wino["efficiency"] if wino else 0.0,
+        channel_multiple=tc["channel_multiple"] if tc else 1,
+        unaligned_efficiency=tc["unaligned_efficiency"] if tc else 1.0,
         loaded_latency_ns=v["memory"]["loaded_latency_ns"],
+        peak_gbs=v["memory"]["peak_gbs"], stream_fraction=v["memory"]["stream_fraction"],
         energy_items=tuple(v["energy"].items()) if v["energy"] is not None else (),
     )
 
@@ -224,11 +287,21 @@ def _to_tables(p: HostPart) -> dict:
         "host": {"name": p.name, "description": p.description},
         "compute": {"peak_tflops": p.peak_tflops, "sms": p.sms, "clock_ghz": p.clock_ghz,
                     "efficiency": p.efficiency, "ctas_per_sm": p.ctas_per_sm,
-                    "kernel_overhead_us": p.kernel_overhead_us},
+                    "kernel_overhead_us": p.kernel_overhead_us,
+                    "dgrad_efficiency": p.dgrad_efficiency, "wgrad_efficiency": p.wgrad_efficiency,
+                    "k_fill_steps": p.k_fill_steps, "max_split_k": p.max_split_k,
+                    "strided_dgrad_zero_cost": p.strided_dgrad_zero_cost},
         "l2": {"size_bytes": p.l2_bytes, "line_bytes": p.l2_line_bytes,
                "sector_bytes": p.l2_sector_bytes, "usable_fraction": p.l2_usable_fraction},
-        "gemm": {"tile_m": p.tile_m, "tile_n": p.tile_n, "tile_k": p.tile_k},
-        "memory": {"loaded_latency_ns": p.loaded_latency_ns},
+        "gemm": {"tile_m": p.tile_m, "tile_n": p.tile_n, "tile_k": p.tile_k,
+                 "tiles": [list(t) for t in p.tiles], "tile_intensity": p.tile_intensity},
+        "winograd": ({"tile": p.winograd_tile, "filters": list(p.winograd_filters),
+                      "efficiency": p.winograd_efficiency} if p.winograd_tile else {}),
+        "tensor_cores": ({"channel_multiple": p.channel_multiple,
+                          "unaligned_efficiency": p.unaligned_efficiency}
+                         if p.channel_multiple > 1 else {}),
+        "memory": {"loaded_latency_ns": p.loaded_latency_ns, "peak_gbs": p.peak_gbs,
+                   "stream_fraction": p.stream_fraction},
         "energy": p.energy or {},
     }
 
@@ -238,6 +311,20 @@ def _check(label: str, kind: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{label}: must be a string, found {value!r}")
         return value
+    if kind == "tiles":
+        if not isinstance(value, list) or not value or not all(
+                isinstance(t, list) and len(t) == 3 and all(
+                    isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in t)
+                for t in value):
+            raise ConfigError(f"{label}: must be a non-empty list of [tile_m, tile_n, "
+                              f"ctas_per_sm] with positive integers, found {value!r}")
+        return tuple(tuple(t) for t in value)
+    if kind == "sizes":
+        if not isinstance(value, list) or not value or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value):
+            raise ConfigError(f"{label}: must be a non-empty list of positive integers, "
+                              f"found {value!r}")
+        return tuple(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{label}: must be a number, found {value!r}")
     if kind == "count":

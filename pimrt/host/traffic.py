@@ -490,8 +490,46 @@ class StreamBuilder:
         if not o_miss.all():
             o_lines, o_cta = o_lines[o_miss], o_cta[o_miss]
         u0 = i0 * Tn
-        return self._merge(a_lines, a_cta - u0, b_lines, b_cta - u0, o_lines, o_cta - u0,
-                           (i1 - i0) * Tn, (rows - i0) * Tn)
+        out, offs = self._merge(a_lines, a_cta - u0, b_lines, b_cta - u0, o_lines, o_cta - u0,
+                                (i1 - i0) * Tn, (rows - i0) * Tn)
+        return self._wave_order(out, offs, [a_cta - u0, b_cta - u0, o_cta - u0], u0,
+                                (i1 - i0) * Tn, (rows - i0) * Tn)
+
+    def _wave_order(self, out, offs, units, u0: int, nunits: int, row_units):
+        """The CTAs of one wave (``slots`` consecutive CTAs) run at once: their loads are
+        issued interleaved, each CTA's in its own order at the pace of its K loop, then their
+        output reads and writes. ``out`` is in CTA order (each CTA: loads, output reads,
+        output writes, as _merge lays it out); returns it in that concurrent order and the
+        offsets of the rows, each moved to the start of its wave."""
+        slots = self.part.slots
+        if len(out) == 0 or slots <= 1:
+            return out, offs
+        a_u, b_u, o_u = units
+        nl = (np.bincount(a_u, minlength=nunits) + np.bincount(b_u, minlength=nunits))
+        no = np.bincount(o_u, minlength=nunits)
+        nr = no if self.acc else np.zeros_like(no)
+        tot = nl + nr + no
+        start = np.cumsum(tot) - tot
+        u = np.repeat(np.arange(nunits, dtype=np.int64), tot)
+        local = np.arange(len(out), dtype=np.int64) - start[u]
+        part = np.where(local < nl[u], 0, np.where(local < (nl + nr)[u], 1, 2))
+        base = np.choose(part, [np.zeros_like(local), nl[u], (nl + nr)[u]])
+        size = np.choose(part, [nl[u], nr[u], no[u]])
+        # a CTA's contiguous runs stay whole (each an A row segment or a weight block: one
+        # burst of line fills); the runs of a wave's CTAs alternate by K-loop progress
+        addr = out["addr"].astype(np.int64)
+        new_run = np.ones(len(out), bool)
+        new_run[1:] = (addr[1:] != addr[:-1] + self.lb) | (u[1:] != u[:-1]) \
+            | (part[1:] != part[:-1])
+        run_start = np.maximum.accumulate(np.where(new_run, np.arange(len(out)), 0))
+        frac = (local[run_start] - base[run_start] + 0.5) / np.maximum(size, 1)
+        wave = (u0 + u) // slots
+        key = (wave - wave[0]) * 3.0 + part + frac * 0.999
+        order = np.argsort(key, kind="stable")
+        # a row's offset: where its wave starts in the new order
+        wave_of_row = (u0 + np.asarray(row_units, np.int64)) // slots
+        first_of_wave = np.searchsorted((wave - wave[0])[order] * 1, wave_of_row - wave[0])
+        return out[order], first_of_wave
 
     # -- backward_weight ----------------------------------------------------------------------
     def _setup_wgrad(self):

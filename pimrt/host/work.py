@@ -18,6 +18,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from pimrt.errors import ConfigError
+from pimrt.host.algorithm import KernelTime, kernel_time
 from pimrt.host.gemm import (ConvGeom, GemmShape, check_range, conv_geom, gemm_shape,
                              normalise_phase)
 from pimrt.host.part import HostPart, load_host_part
@@ -76,30 +77,21 @@ class HostWork:
         return PHASE_ROLES[self.phase]
 
     # -- compute -------------------------------------------------------------------------------
-    def launch(self, part: HostPart | str | None = None) -> dict:
-        """The modelled launch: tiles, split-K factor, CTAs, waves, FLOPs per CTA."""
+    def kernel_time(self, part: HostPart | str | None = None) -> KernelTime:
+        """The modelled kernel: the algorithm the library would pick and its time by part
+        (pimrt.host.algorithm)."""
         p = self.part if part is None else load_host_part(part)
-        m, n = self.gemm.m, self.gemm.n
-        k_eff = self.gemm.flops / (2 * m * n)            # useful reduction length
-        tiles = -(-m // p.tile_m) * -(-n // p.tile_n)
-        # split-K (or stream-K) as libraries do for few tiles: the split
-        # S <= max(32, slots / tiles), each split keeping >= 8 K steps, that minimises
-        # waves / S; ties keep the smaller S
-        smax = max(1, min(max(32, p.slots // tiles), int(k_eff // (8 * p.tile_k))))
-        split = min(range(1, smax + 1), key=lambda s: (-(-tiles * s // p.slots) / s, s))
-        ctas = tiles * split
-        waves = -(-ctas // p.slots)
-        cta_flops = 2 * min(p.tile_m, m) * min(p.tile_n, n) * k_eff / split
-        return {"tiles": tiles, "split_k": split, "ctas": ctas, "waves": waves,
-                "cta_flops": cta_flops}
+        return kernel_time(self.geom, self.phase, self.channel_range, p)
+
+    def launch(self, part: HostPart | str | None = None) -> dict:
+        """The modelled launch: algorithm, tile, tiles, split-K factor, CTAs, waves."""
+        kt = self.kernel_time(part)
+        return dict(kt.launch, algorithm=kt.algorithm)
 
     def model_seconds(self, part: HostPart | str | None = None) -> float:
-        """Modelled kernel time: waves x (FLOPs of one CTA) / (peak x efficiency / slots),
-        plus the part's kernel overhead."""
-        p = self.part if part is None else load_host_part(part)
-        L = self.launch(p)
-        return L["waves"] * L["cta_flops"] / (p.sustained_flops / p.slots) \
-            + p.kernel_overhead_us * 1e-6
+        """Modelled kernel time: main loops, transforms and the fixed cost per kernel (the
+        DRAM traffic is timed apart, by memctl)."""
+        return self.kernel_time(part).seconds
 
     def compute_seconds(self, part: HostPart | str | None = None) -> float:
         """The measured time when set (``measured_ms``), else the model."""
@@ -113,6 +105,16 @@ class HostWork:
         if not mem_tck_ns or mem_tck_ns <= 0:
             raise ConfigError(f"mem_tck_ns must be > 0, found {mem_tck_ns!r}")
         return math.ceil(self.compute_seconds(part) * 1e9 / mem_tck_ns - 1e-9)
+
+    def overhead_cycles(self, part: HostPart | str | None, mem_tck_ns: float) -> int:
+        """The fixed cost per kernel in memory cycles, part of :meth:`compute_cycles`; the
+        runtime puts it before the kernel's first request (no request issues during a launch).
+        0 with a measured time (it holds the overhead already)."""
+        if self.measured_ms is not None:
+            return 0
+        p = self.part if part is None else load_host_part(part)
+        return min(self.compute_cycles(part, mem_tck_ns),
+                   math.ceil(p.kernel_overhead_s * 1e9 / mem_tck_ns - 1e-9))
 
     def host_cycles(self, part: HostPart | str | None = None) -> int:
         """Compute time in host clock cycles."""

@@ -18,8 +18,8 @@ from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import Schedule, build_schedule
 from pimrt.runtime.work import context, task_records
 from pimrt.runtime.authority import layer_parameters, slack_parameters
-from pimrt.trace.records import (BARRIER, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ, RECORD_DTYPE,
-                                 SIGNAL, WAIT, WRITE)
+from pimrt.trace.records import (BARRIER, COMPUTE, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ,
+                                 RECORD_DTYPE, SIGNAL, WAIT, WRITE)
 
 FEED_RECORDS = 1 << 20
 
@@ -135,7 +135,8 @@ def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | N
                 parts.append(_params(slack_parameters(ctx.part, *slack[t.id])))
             else:
                 nreq = int((work["op"] <= WRITE).sum())
-                compute = int(work["value"][work["op"] == DELAY].sum())
+                compute = int(work["value"][(work["op"] == DELAY)
+                                            | (work["op"] == COMPUTE)].sum())
                 parts.append(_params(layer_parameters(ctx.part, nreq, compute)))
         parts.append(_marker(SIGNAL, who, 2 * t.id))
         parts.append(work)

@@ -6,9 +6,11 @@ bytes. PIM tasks run the micro-programs of pimrt.pim: each stream of a kernel be
 commands over the rows of its tensor, and when the unit needs more cycles than the memory
 (cycles per element measured on the RTL) the stream pauses for the difference.
 
-Requests and compute interleave in batches: a batch of requests is offered, then a DELAY for
-its share of the compute; the controller serves the queued requests meanwhile, so a task takes
-about max(compute, memory) as on a GPU that overlaps the two.
+Requests and compute interleave in batches. A host kernel: its fixed cost as a DELAY (nothing
+issues during a launch), then per batch a COMPUTE with its share of the compute and the batch's
+requests, which issue while it computes, so the kernel takes about max(compute, memory) as on a
+GPU whose SMs compute while their loads are in flight. A PIM stream: each batch, then a DELAY
+for the cycles its unit needs beyond the memory's.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from pimrt.memctl.config import Part, encode_address
 from pimrt.runtime.exchange import ExchangeConfig, scattered_lines
 from pimrt.runtime.placement import Placement
 from pimrt.runtime.schedule import Task
-from pimrt.trace.records import DELAY, HOST, PIM, READ, RECORD_DTYPE, WRITE
+from pimrt.trace.records import COMPUTE, DELAY, HOST, PIM, READ, RECORD_DTYPE, SIGNAL, WRITE
 
 HOST_BATCH = 128   # requests between two compute delays
 PIM_BATCH = 64
@@ -198,8 +200,11 @@ def _records(n: int) -> np.ndarray:
 
 
 def _interleave(addr: np.ndarray, op: np.ndarray, requestor: int, compute: int,
-                batch: int) -> np.ndarray:
-    """Requests in batches, each followed by a DELAY with its share of `compute` cycles."""
+                batch: int, overlap: bool = False) -> np.ndarray:
+    """Requests in batches, each followed by a DELAY with its share of `compute` cycles.
+    overlap: each batch preceded by a COMPUTE with its share instead: the batch issues while
+    it computes (a GPU's SMs compute while their loads are in flight), so a batch costs
+    max(its compute, its issue) rather than their sum."""
     n = len(addr)
     nb = max(1, -(-n // batch)) if compute > 0 else 0
     # a DELAY record holds 32 bits: a compute time its batches' DELAYs cannot hold gets more
@@ -210,19 +215,56 @@ def _interleave(addr: np.ndarray, op: np.ndarray, requestor: int, compute: int,
         out["addr"], out["op"], out["requestor"] = addr, op, requestor
         return out
     idx = np.arange(n)
-    pos = idx + idx // batch                 # a DELAY after every `batch` requests
+    pos = idx + idx // batch + (1 if overlap else 0)   # a marker after (before) every batch
     out["addr"][pos], out["op"][pos], out["requestor"][pos] = addr, op, requestor
-    dpos = np.minimum(np.arange(1, nb + 1) * (batch + 1) - 1, n + nb - 1)
+    if overlap:
+        dpos = np.arange(nb) * (batch + 1)
+    else:
+        dpos = np.minimum(np.arange(1, nb + 1) * (batch + 1) - 1, n + nb - 1)
     if extra:
         dpos = np.concatenate([dpos, np.arange(n + nb, n + nb + extra)])
     share = np.full(nb + extra, compute // (nb + extra), dtype=np.int64)
     share[: compute % (nb + extra)] += 1
     if share[0] >= 2**32:  # (cannot happen: the extra DELAYs above)
         raise ConfigError(f"a compute time of {compute} cycles does not fit its DELAY records")
-    out["op"][dpos] = DELAY
+    out["op"][dpos] = COMPUTE if overlap else DELAY
     out["requestor"][dpos] = requestor
     out["value"][dpos] = share
     return out
+
+
+def launch_records(cycles: int, requestor: int = HOST) -> np.ndarray:
+    """A kernel's fixed cost (launch, library call, tail): DELAYs before its first request,
+    during which its side issues nothing; none for 0 cycles."""
+    n = -(-int(cycles) // (2**32 - 1))
+    out = _records(n)
+    out["op"], out["requestor"] = DELAY, requestor
+    out["value"] = cycles // n if n else 0
+    if n:
+        out["value"][: cycles % n] += 1
+    return out
+
+
+def kernel_records(work, tensors, tck: float, request_bytes: int, requests: int | None = None):
+    """One host kernel alone as record arrays, in blocks (its stream is never held whole): the
+    fixed cost first, then the requests with their share of the compute overlapping them, then
+    SIGNAL 0, which fires when the last of both is done: the kernel's end (pimrt bench host).
+    requests: the stream's length when known (else counted by a first pass)."""
+    compute = work.compute_cycles(None, tck)
+    overhead = work.overhead_cycles(None, tck)
+    yield launch_records(overhead)
+    if requests is None:
+        requests = sum(len(b) for b in work.iter_requests(tensors, request_bytes))
+    work_cycles, done, given = compute - overhead, 0, 0
+    for req in work.iter_requests(tensors, request_bytes):
+        done += len(req)
+        share = work_cycles * min(done, requests) // max(requests, 1) - given
+        given += share
+        yield _interleave(req["addr"], req["op"], HOST, share, HOST_BATCH, overlap=True)
+    end = _records(2)
+    end["op"], end["requestor"], end["value"] = (DELAY, SIGNAL), HOST, (max(work_cycles - given,
+                                                                            0), 0)
+    yield end
 
 
 def _stream_lines(base: int, nbytes: int, op: int, line: int = 64) -> tuple[np.ndarray, np.ndarray]:
@@ -284,6 +326,7 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
                         measured_ms=ctx.host_times.get(kernel) if ctx.host_times else None)
         reqs = work.requests(tensors, ctx.part.request_bytes)
         compute = work.compute_cycles(None, ctx.tck)
+        overhead = work.overhead_cycles(None, ctx.tck)
         addr, op = reqs["addr"], reqs["op"]
         if ctx.partition:  # shared feature maps move between the host's and the PIM's banks
             share = task.tensors.get("output") or task.tensors.get("grad_input")
@@ -294,7 +337,9 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
                 wa, wo = _stream_lines(start, part_bytes, WRITE)
                 addr = np.concatenate([addr, ca, wa])
                 op = np.concatenate([op, co, wo])
-        return _interleave(addr, op, HOST, compute, HOST_BATCH)
+        return np.concatenate([launch_records(overhead),
+                               _interleave(addr, op, HOST, compute - overhead, HOST_BATCH,
+                                           overlap=True)])
     if task.kind in ("fetch", "evict", "sample", "exchange"):
         return exchange_records(task, ctx)
     if (task.kind, task.phase) in GPU_KERNELS:
@@ -316,13 +361,25 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
         return _records(0)
     addr = np.concatenate([p[0] for p in parts])
     op = np.concatenate([p[1] for p in parts])
-    return _interleave(addr, op, HOST, 0, HOST_BATCH)
+    return streaming_kernel(addr, op, ctx)
+
+
+def streaming_kernel(addr: np.ndarray, op: np.ndarray, ctx: Context) -> np.ndarray:
+    """A memory-bound GPU kernel: its fixed cost, then its requests paced so that it moves
+    no more than a streaming kernel reaches on this memory (the host part's stream_fraction of
+    the part's peak bandwidth); memctl may make it slower, never faster."""
+    hp = ctx.host_part
+    floor = len(addr) * ctx.part.request_bytes / (hp.stream_fraction
+                                                  * ctx.part.peak_bandwidth_gbs) / ctx.tck
+    return np.concatenate([launch_records(math.ceil(hp.kernel_overhead_s * 1e9 / ctx.tck - 1e-9)),
+                           _interleave(addr, op, HOST, math.ceil(floor - 1e-9), HOST_BATCH,
+                                       overlap=True)])
 
 
 def gpu_records(task: Task, ctx: Context) -> np.ndarray:
     """An op the PIM could run, run by the GPU instead (GPU_KERNELS): each kernel streams its
     share of every region it reads and writes, the streams interleaved line by line as a
-    grid of thread blocks walks them; memory-bound, so no compute delay."""
+    grid of thread blocks walks them; each pass a memory-bound kernel (streaming_kernel)."""
     out = []
     for passes in GPU_KERNELS[(task.kind, task.phase)]:
         addrs, ops = [], []
@@ -334,8 +391,8 @@ def gpu_records(task: Task, ctx: Context) -> np.ndarray:
             ops.append(o)
         order = np.argsort(np.concatenate([np.linspace(0, 1, len(a), endpoint=False)
                                            for a in addrs]), kind="stable")
-        out.append(_interleave(np.concatenate(addrs)[order], np.concatenate(ops)[order], HOST,
-                               0, HOST_BATCH))
+        out.append(streaming_kernel(np.concatenate(addrs)[order], np.concatenate(ops)[order],
+                                    ctx))
     return np.concatenate(out)
 
 

@@ -26,9 +26,11 @@ READ, WRITE, LAYER, PARAM, BARRIER = 0, 1, 2, 3, 4
 DELAY = 5    # the stream pauses `value` cycles (compute time)
 SIGNAL = 6   # event `value` fires once the stream's earlier requests have completed
 WAIT = 7     # the stream waits until event `value` has fired
+COMPUTE = 8  # the requestor computes `value` cycles while the requests after it issue; its
+             # next COMPUTE, DELAY, SIGNAL, WAIT or BARRIER waits until that is done
 OP_NAMES = {READ: "READ", WRITE: "WRITE", LAYER: "LAYER", PARAM: "PARAM", BARRIER: "BARRIER",
-            DELAY: "DELAY", SIGNAL: "SIGNAL", WAIT: "WAIT"}
-LAST_OP = WAIT
+            DELAY: "DELAY", SIGNAL: "SIGNAL", WAIT: "WAIT", COMPUTE: "COMPUTE"}
+LAST_OP = COMPUTE
 
 # requestors
 HOST, PIM = 0, 1

@@ -21,20 +21,20 @@ import numpy as np
 
 from pimrt.trace import _textparse as tp
 from pimrt.trace import records as _records   # (RECORD_DTYPE: made on first use)
-from pimrt.trace.records import (DELAY, OP_NAMES, SIGNAL, WAIT, BARRIER, HOST, LAYER, PARAM,
-                                 PARAM_IDS, PARAM_NAMES, PIM, READ, WRITE)
+from pimrt.trace.records import (COMPUTE, DELAY, OP_NAMES, SIGNAL, WAIT, BARRIER, HOST, LAYER,
+                                 PARAM, PARAM_IDS, PARAM_NAMES, PIM, READ, WRITE)
 from pimrt.trace._writer import TraceWriter
 
 NAME = "pimrt"
 EXTENSIONS = (".trace", ".txt", ".pimrt")
 PRIORITY = 10
 DESCRIPTION = ("pimrt text: 'cycle host|pim R|W 0xADDR' lines and @layer/@param/@barrier/"
-               "@delay/@signal/@wait markers")
+               "@delay/@compute/@signal/@wait markers")
 
 REQUESTOR_WORDS = {b"host": HOST, b"pim": PIM}
 OP_WORDS = {b"r": READ, b"read": READ, b"w": WRITE, b"write": WRITE}
-MARKERS = ("@layer", "@param", "@barrier", "@delay", "@signal", "@wait")
-_STREAM_MARKERS = {"@delay": DELAY, "@signal": SIGNAL, "@wait": WAIT}
+MARKERS = ("@layer", "@param", "@barrier", "@delay", "@compute", "@signal", "@wait")
+_STREAM_MARKERS = {"@delay": DELAY, "@compute": COMPUTE, "@signal": SIGNAL, "@wait": WAIT}
 
 
 def sniff(tokens: list[bytes]) -> bool:
@@ -210,7 +210,7 @@ def format_records(recs: np.ndarray, layer_names: list[str], where: str = "") ->
             append(f"@param {PARAM_NAMES[param]}={value}\n")
         elif op == BARRIER:
             append("@barrier\n")
-        elif op in (DELAY, SIGNAL, WAIT):
+        elif op in (DELAY, COMPUTE, SIGNAL, WAIT):
             append(f"@{OP_NAMES[op].lower()} {_REQ_TEXT[req]} {value}\n")
         else:
             raise tp.trace_error(where, None, "op", f"unknown op code {op}")
