@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--policies", default="serial,bank_partition,authority",
                    help="comma-separated: serial, bank_partition, authority (serial is the "
                         "baseline of the speedups and always runs)")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=32, help="batch size (images per step)")
     p.add_argument("--input", type=int, default=224, help="input height and width (32 or 224)")
     p.add_argument("--groups", type=int, default=1,  # pimrt.runtime.timing.DEFAULT_GROUPS
                    help="most output-channel groups per CONV (default 1: each CONV runs whole and "
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
                    help="batch slices of the forward pass (see pimrt run --help; default: the "
                         "largest divisor of the batch up to 4)")
     p.add_argument("--part", default="v100_hbm2_pim",
-                   help="memory part (name or TOML file; default: the V100's four HBM2 stacks "
+                   help="memory part (name or TOML file; v100_hbm2_pim: the V100's four HBM2 stacks "
                         "with PIM units)")
     p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"),
@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     p.add_argument("--authority-rule", default="slack", choices=("slack", "layer"),
                    help="how the authority policy sets its epochs (see pimrt run --help)")
     p.add_argument("--host-times", default="model", metavar="model|measure|DIR",
-                   help="the host's CONV/linear compute: the host part's model (default); "
+                   help="the host's CONV/linear compute: the host part's model ('model'); "
                         "'measure': timed on this machine's CUDA GPU (written to "
                         "OUT/MODEL/host_times.json); or the --out folder of a measuring "
                         "compare (or, for one model, a host_times.json) to replay them")
