@@ -115,6 +115,10 @@ def test_layer_csv_splits_the_step_among_layers(resnet_run, tmp_path):
         read = list(csv.DictReader(f))
     assert [r["layer"] for r in read] == [r["layer"] for r in rows]
     assert rows[0]["layer"] == "conv1" and rows[0]["kind"] == "conv"
+    side = {r["kind"]: r["side"] for r in rows}
+    assert (side["conv"], side["batchnorm"], side["relu"], side["add"], side["linear"]) == \
+        ("host", "pim", "pim", "pim", "host")
+    assert side["adaptive_avgpool"] == "host_fallback"      # the PIM has no global mean
     assert {"batchnorm", "relu", "add", "linear", "loss"} <= {r["kind"] for r in rows}
     for r in rows:
         assert r["step_cycles"] == pytest.approx(r["fwd_cycles"] + r["bwd_cycles"]

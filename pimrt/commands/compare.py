@@ -70,6 +70,11 @@ def run(args) -> int:
     check_out_dir(args.out, create=False)   # before any work; created and locked below
     graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported)
               for m in models}
+    from pimrt.runtime.schedule import host_fallback_note
+    for m, g in graphs.items():          # layers one might expect on the PIM: said once each
+        note = host_fallback_note(g)
+        if note:
+            print(f"{m}: {note}")
     args.slices = session.slices_for(args.batch, args.slices)
     for m, g in graphs.items():  # every check before the first long run
         session.preflight(g, args.part, args.groups, args.update, args.host_part, args.slices)

@@ -84,6 +84,10 @@ def run(args) -> int:
     check_out_dir(args.out, create=False)    # before any work; created and locked below
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
+    from pimrt.runtime.schedule import host_fallback_note
+    note = host_fallback_note(graph)      # layers one might expect on the PIM: said once
+    if note:
+        print(note)
     slices = session.slices_for(args.batch, args.slices)
     session.preflight(graph, args.part, args.groups, exchange.mode, args.host_part, slices)
     pipelined = args.policy != "serial"

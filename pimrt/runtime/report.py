@@ -9,6 +9,7 @@ import pathlib
 
 from pimrt.output import atomic_open, atomic_savefig, atomic_write_text
 from pimrt.runtime.attribution import PHASE_CLASS, PHASES, layer_shares
+from pimrt.runtime.schedule import layer_sides
 from pimrt.runtime.timing import StepTiming
 
 
@@ -200,19 +201,21 @@ def write_chrome_trace(run: StepTiming, path, tck_ns: float | None = None) -> No
 
 
 def layer_rows(run: StepTiming, serial: StepTiming | None) -> list[dict]:
-    """One row per layer, in the schedule's order (forward order): its first start and last
-    end, its tasks' busy cycles on each side, and the cycles of the step that belong to it
+    """One row per layer, in the schedule's order (forward order): its kind, the side it ran
+    on (`schedule.layer_sides`), its first start and last end, its tasks' busy cycles on each
+    side, and the cycles of the step that belong to it
     (`pimrt.runtime.attribution`: forward, backward and update; they add up to the step),
     with the serial run's and the layer's speedup (serial cycles / cycles)."""
     graph = run.schedule.graph
     spans = layer_spans(run)
+    sides = layer_sides(run.schedule)
     mine = layer_shares(run)
     base = layer_shares(serial) if serial is not None else {}
     rows = []
     for layer, (s, e, hb, pb) in spans.items():
         kind = graph[layer].kind if layer in graph else \
             next(t.kind for t in run.schedule.tasks if t.layer == layer)
-        row = {"layer": layer, "kind": kind, "start_cycle": s, "end_cycle": e,
+        row = {"layer": layer, "kind": kind, "side": sides[layer], "start_cycle": s, "end_cycle": e,
                "host_busy_cycles": hb, "pim_busy_cycles": pb}
         for ph in PHASES:
             row[f"{ph}_cycles"] = round(mine[layer][ph], 1)
