@@ -4,6 +4,7 @@ slices (no two slices on one thread overlap without nesting)."""
 import csv
 import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -159,3 +160,30 @@ def test_trace_slices_nest_on_every_thread(resnet_run, tmp_path):
     assert modes and all(math.isfinite(e["dur"]) for e in modes)
     # one slice per entry into PIM mode, the last one closed at the step's end if still open
     assert len(modes) == int(run.modes["enter"].sum())
+
+
+def test_plot_titles_count_groups_and_energy_panels_have_legends(resnet_run, tmp_path,
+                                                                 monkeypatch):
+    """"1 group", not "1 groups"; both panels of energy.png say which colour is what."""
+    from pimrt.runtime import energy
+    import pimrt.output
+    figs = {}
+
+    def keep(fig, path, **kw):
+        figs[pathlib.Path(path).name] = fig
+    monkeypatch.setattr(report, "atomic_savefig", keep)
+    monkeypatch.setattr(pimrt.output, "atomic_savefig", keep)
+    run, serial = resnet_run
+    one = time_step(run.schedule.graph, "authority", 1)
+    rows = report.layer_rows(one, serial)
+    report.plot(one, rows, tmp_path, serial)
+    assert figs["timeline.png"].axes[0].get_title().startswith("authority, 1 group: ")
+    assert ", 1 group: each layer" in figs["layer_speedup.png"].axes[0].get_title()
+    report.plot(run, report.layer_rows(run, serial), tmp_path, serial)
+    assert figs["timeline.png"].axes[0].get_title().startswith("authority, 4 groups: ")
+    parts = {"host": 5.0, "dram": 2.0, "pim": 1.0, "io": 0.5}
+    energy.plot([("GPU-only", parts), ("authority", parts)], tmp_path / "energy.png", "t")
+    left, right = figs["energy.png"].axes[:2]
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["host", "DRAM", "PIM", "I/O"]
+    assert right.get_legend() is not None
+    assert [t.get_text() for t in right.get_legend().get_texts()] == ["DRAM", "PIM", "I/O"]

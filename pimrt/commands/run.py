@@ -33,8 +33,8 @@ def register(subparsers) -> None:
                         "by slice (default: the largest divisor of the batch up to 4; 1: by "
                         "output-channel groups only; docs/runtime.md)")
     p.add_argument("--part", default="v100_hbm2_pim",
-                   help="memory part (name or TOML file; v100_hbm2_pim: the V100's four HBM2 stacks "
-                        "with PIM units, docs/runtime.md)")
+                   help="memory part (name or TOML file; v100_hbm2_pim: the V100's four HBM2 "
+                        "stacks with PIM units, docs/runtime.md)")
     p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--functional", default="golden",
                    help="run the step for real with the PIM ops on this backend first: golden, "

@@ -260,7 +260,7 @@ def plot(run: StepTiming, rows: list[dict], out_dir, serial: StepTiming | None =
         ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=color)
     ax.set_yticks([0, 1], ["PIM", "host"])
     ax.set_xlabel("time (ms)")
-    ax.set_title(f"{run.policy}, {run.groups} groups: {run.seconds * 1e3:.2f} ms")
+    ax.set_title(f"{run.policy}, {count(run.groups, 'group')}: {run.seconds * 1e3:.2f} ms")
     fig.tight_layout()
     paths.append(out_dir / "timeline.png")
     atomic_savefig(fig, paths[-1], dpi=110)
@@ -290,13 +290,18 @@ def plot(run: StepTiming, rows: list[dict], out_dir, serial: StepTiming | None =
             bottom.set_xticks(x, [r["layer"] for r in sp], rotation=90, fontsize=6)
         else:
             bottom.set_xlabel("layer (forward order)")
-        top.set_title(f"{run.policy}, {run.groups} groups: each layer's share of the step "
-                      "(a cycle split among the tasks running in it)")
+        top.set_title(f"{run.policy}, {count(run.groups, 'group')}: each layer's share of "
+                      "the step (a cycle split among the tasks running in it)")
         fig.tight_layout()
         paths.append(out_dir / "layer_speedup.png")
         atomic_savefig(fig, paths[-1], dpi=110)
         plt.close(fig)
     return paths
+
+
+def count(n: int, what: str) -> str:
+    """"1 group", "4 groups"."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def write_all(run: StepTiming, serial: StepTiming | None, meta: dict, out_dir,
