@@ -104,3 +104,11 @@ def test_old_spellings_parse_in_train():
     help_text = p.format_help()
     assert "--batch-size" not in help_text and "--image-size" not in help_text
     assert "(default: 32)" in help_text
+
+
+def test_train_usage_names_the_command_typed(capsys, monkeypatch):
+    monkeypatch.setattr(train_cli, "PROG", train_cli.PROG)   # restored after the test
+    assert train_cli.build_parser().format_usage().startswith("usage: python -m pimrt.train ")
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    assert capsys.readouterr().out.startswith("usage: pimrt train ")

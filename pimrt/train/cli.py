@@ -10,8 +10,11 @@ from pimrt.gradsa.errors import GradSAError
 from pimrt.train import data, managers
 
 
+PROG = "python -m pimrt.train"    # `pimrt train` sets its own name (pimrt/commands/train.py)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pimrt.train", description="data-parallel training with a chosen "
+    p = argparse.ArgumentParser(prog=PROG, description="data-parallel training with a chosen "
                                 "gradient compressor (DDP comm hook); metrics CSV, checkpoints, resume")
     a = p.add_argument
     a("--model", default="tinycnn", help="mlp, tinycnn or a pimrt.zoo name (e.g. resnet18)")
