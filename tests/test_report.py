@@ -187,3 +187,17 @@ def test_plot_titles_count_groups_and_energy_panels_have_legends(resnet_run, tmp
     assert [t.get_text() for t in left.get_legend().get_texts()] == ["host", "DRAM", "PIM", "I/O"]
     assert right.get_legend() is not None
     assert [t.get_text() for t in right.get_legend().get_texts()] == ["DRAM", "PIM", "I/O"]
+
+
+@pytest.mark.parametrize("exchange", ["sgd", "gradsa", "laysa"])
+def test_a_layers_side_is_its_own_ops_not_its_updates(exchange):
+    """GradSA's exchange of a batch norm's parameters runs partly on the host; the layer's
+    forward and backward run on the PIM, so its side is pim."""
+    from pimrt.runtime.schedule import build_schedule, layer_sides
+    g = capture(zoo.build("resnet_cifar_20", input_size=32, device="meta"), (4, 3, 32, 32))
+    sides = layer_sides(build_schedule(g, 1, exchange=exchange))
+    kinds = {n.name: n.kind for n in g.nodes}
+    assert {sides[n] for n in sides if kinds.get(n) in ("batchnorm", "relu", "add")} == {"pim"}
+    assert {sides[n] for n in sides if kinds.get(n) in ("conv", "linear")} == {"host"}
+    assert sides["loss"] == "host"
+    assert {sides[n] for n in sides if kinds.get(n) == "adaptive_avgpool"} == {"host_fallback"}

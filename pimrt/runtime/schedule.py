@@ -524,11 +524,15 @@ def layer_sides(schedule: Schedule) -> dict[str, str]:
     """Each layer's side in this schedule (layers.csv's `side`): "pim" (all its work on the
     PIM), "host" (a host layer: CONV/linear, the loss, dropout; a CONV's SGD update may run on
     the PIM), "host_fallback" (a layer of a PIM kind with work the PIM has no program for, or
-    an op pimrt does not capture, run on the host). GPU-only execution: all "host"."""
+    an op pimrt does not capture, run on the host). Its own op's tasks decide, not its
+    parameters' update (GradSA's exchange runs partly on the host). GPU-only execution: all
+    "host"."""
     g, first, on = schedule.graph, {}, {}
     for t in schedule.tasks:
         first.setdefault(t.layer, t.side)
-        on.setdefault(t.layer, set()).add(t.side)
+        on.setdefault(t.layer, set())
+        if t.phase in ("fwd", "bwd", "bwd_data", "bwd_weight"):
+            on[t.layer].add(t.side)
     if not any(t.side == "pim" for t in schedule.tasks):
         return dict.fromkeys(first, "host")
     out = {}
