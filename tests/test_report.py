@@ -201,3 +201,19 @@ def test_a_layers_side_is_its_own_ops_not_its_updates(exchange):
     assert {sides[n] for n in sides if kinds.get(n) in ("conv", "linear")} == {"host"}
     assert sides["loss"] == "host"
     assert {sides[n] for n in sides if kinds.get(n) == "adaptive_avgpool"} == {"host_fallback"}
+
+
+def test_the_note_names_each_layer_the_pim_cannot_run_once():
+    from torch import nn
+    from pimrt.runtime.schedule import host_fallback_note
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.AvgPool2d(3, 1), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+                        nn.Linear(32, 10))
+    note = host_fallback_note(capture(net, (2, 3, 16, 16)))
+    assert note == ("note: 2 layers the PIM has no program for run on the host: "
+                    "_3 (avgpool 3x3, stride 1, padding 0), _4 (adaptive average pool to 2x2); "
+                    "the backward pass of 1 max pool runs on the host: _2 (the PIM pools 2x2 "
+                    "windows with stride 2; layers.csv's side: host_fallback)")
+    plain = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
+                          nn.Linear(8 * 7 * 7, 10))
+    assert host_fallback_note(capture(plain, (2, 3, 16, 16))) is None

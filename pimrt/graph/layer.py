@@ -77,13 +77,8 @@ PLACEMENT = {**{k: "pim" for k in PIM_KINDS}, **{k: "host" for k in HOST_KINDS},
              "flatten": "view", "concat": "layout", "input": "io", "output": "io"}
 
 
-def pool_fits_pim(layer) -> bool:
-    """The unit's pooling programs do 2x2 windows with stride 2 (docs/pim.md); other pools,
-    max-pool backward and global average pooling run on the host."""
-    return _pool_2x2(layer.attrs)
-
-
 def _pool_2x2(attrs: dict) -> bool:
+    """The unit's pooling programs do 2x2 windows with stride 2 and no padding (docs/pim.md)."""
     k, s = attrs.get("kernel"), attrs.get("stride")
     k = k if isinstance(k, (tuple, list)) else (k, k)
     s = s if isinstance(s, (tuple, list)) else (s, s)

@@ -43,7 +43,7 @@ import math
 
 from pimrt.errors import ConfigError
 from pimrt.graph import LayerGraph
-from pimrt.graph.layer import PIM_KINDS, pool_fits_pim, runs_on_pim  # noqa: F401 (the one rule)
+from pimrt.graph.layer import PIM_KINDS, runs_on_pim    # what the PIM runs: one rule
 
 HOST_COMPUTE = ("conv", "linear")
 # how many CONVs later in the PIM's order a layer's SGD update (GradSA: its fold) comes than
@@ -574,11 +574,14 @@ def host_fallback_note(graph: LayerGraph, most: int = 6) -> str | None:
 
 
 def _pool_text(layer) -> str:
+    """A pool as the note names it: "maxpool 3x3, stride 2, padding 1", "global average
+    pool"."""
     a = layer.attrs
     if layer.kind == "adaptive_avgpool":
         size = tuple(a.get("output_size") or ())
         return "global average pool" if size in ((1, 1), (1,), ()) else \
             f"adaptive average pool to {'x'.join(map(str, size))}"
+
     def pair(v) -> tuple:
         return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
 
