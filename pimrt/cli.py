@@ -7,7 +7,7 @@ import importlib
 import pkgutil
 import sys
 
-from pimrt import __version__, commands
+from pimrt import __version__, cliflags, commands
 from pimrt.errors import PimrtError
 
 
@@ -33,6 +33,7 @@ def _parser(names: list[str]):
     for name in names:
         module = importlib.import_module(f"pimrt.commands.{name}")
         module.register(sub)
+    cliflags.show_defaults(parser)
     return parser, sub
 
 

@@ -108,3 +108,36 @@ def test_jobs_time_models_side_by_side_with_the_same_results(tmp_path, capsys):
     assert main(args + ["--jobs", "0", "--out", str(tmp_path / "three")]) == 2
     assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "three").exists()
+
+
+def _result(model: str, policy: str) -> dict:
+    keys = ("step_ms", "gpu_only_step_ms", "serial_step_ms", "bound_step_ms",
+            "speedup_vs_gpu_only", "speedup_vs_serial", "step_vs_bound")
+    return {"model": model, "policy": policy, "mode_switches": 12, **dict.fromkeys(keys, 1.5),
+            "phases": {k: {"speedup": 1.25} for k in ("fwd", "bwd", "update")},
+            "energy_mj": {"available": True, "total": 123.4, "vs_gpu_only": 0.9,
+                          "vs_serial": 0.8}}
+
+
+def test_the_table_sizes_its_columns_to_the_longest_name():
+    """A user's long model name does not run into the policy column: every row's policy and
+    figures start where the header's do."""
+    from pimrt.commands.compare import _row, _table, widths
+    long = "/home/someone/experiments/networks/mynets.py:AVeryLongNetworkName"
+    results = [_result("resnet18", "authority"), _result(long, "bank_partition"),
+               _result(long, "authority")]
+    lines = _table(results).splitlines()
+    header, rows = lines[0], lines[1:]
+    at = header.index("policy")
+    assert at == len(long) + 2
+    for line in rows:
+        assert line[at - 2:at] == "  " and line[at] != " ", line
+        assert line[at:].split()[0] in ("authority", "bank_partition")
+    # figures right-aligned under their headers
+    end = header.index("step ms") + len("step ms")
+    assert all(line[end - 5:end] == "1.500" for line in rows if not line.startswith("mean"))
+    # rows printed as runs finish have the table's widths
+    w = widths([r["model"] for r in results], ["authority", "bank_partition"])
+    assert _row(results[1], False, w) == rows[1]
+    # short names keep the former widths
+    assert _table([_result("resnet18", "serial")]).splitlines()[0].index("policy") == 17

@@ -17,6 +17,7 @@ from pimrt.errors import ConfigError, PimrtError
 from pimrt.graph import (BACKWARD_RULES, KINDS, PIM_KINDS, GraphError, LayerGraph, SplitError,
                          UnsupportedOpError, UnsupportedOpWarning, capture, valid_group_counts,
                          validate_split)
+from pimrt.graph.layer import runs_on_pim
 
 MAIN = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "vgg16_bn",
         "densenet121", "mobilenetv2", "wide_resnet"]
@@ -50,7 +51,7 @@ def check_graph_invariants(g: LayerGraph):
     for i, n in enumerate(g.nodes):
         assert n.index == i
         assert n.kind in KINDS
-        assert n.on_pim == (n.kind in PIM_KINDS)
+        assert n.on_pim == (n.kind in PIM_KINDS and runs_on_pim(n, "fwd"))
         for src in n.inputs:
             assert pos[src] < i, (src, n.name)
             assert n.name in g.node(src).consumers
@@ -108,6 +109,7 @@ def test_conv_attrs_and_flops():
     assert bn.on_pim and bn.attrs["num_features"] == 64 and bn.attrs["eps"] == 1e-5
     assert set(bn.buffers) == {"bn1.running_mean", "bn1.running_var", "bn1.num_batches_tracked"}
     assert g.node("maxpool").attrs["kernel"] == (3, 3)
+    assert g.node("maxpool").placement == "host"          # the PIM pools 2x2 windows only
     fc = g.node("fc")
     assert fc.flops == 2 * 2048 * 1000 and fc.attrs["out_features"] == 1000
     mb = graph_of("mobilenetv2")
@@ -287,7 +289,8 @@ class MeanPoolNet(nn.Module):
 def test_mean_is_global_pool():
     g = capture(MeanPoolNet(), (3, 3, 10, 10))
     pool = g.layers_of_kind("adaptive_avgpool")
-    assert len(pool) == 1 and pool[0].shape == (3, 4) and pool[0].on_pim
+    # the PIM has no program for a global mean: it runs on the host, and the graph says so
+    assert len(pool) == 1 and pool[0].shape == (3, 4) and pool[0].placement == "host"
     assert g.node("fc").inputs == [pool[0].name]
 
 

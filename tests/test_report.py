@@ -4,6 +4,7 @@ slices (no two slices on one thread overlap without nesting)."""
 import csv
 import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -115,6 +116,10 @@ def test_layer_csv_splits_the_step_among_layers(resnet_run, tmp_path):
         read = list(csv.DictReader(f))
     assert [r["layer"] for r in read] == [r["layer"] for r in rows]
     assert rows[0]["layer"] == "conv1" and rows[0]["kind"] == "conv"
+    side = {r["kind"]: r["side"] for r in rows}
+    assert (side["conv"], side["batchnorm"], side["relu"], side["add"], side["linear"]) == \
+        ("host", "pim", "pim", "pim", "host")
+    assert side["adaptive_avgpool"] == "host_fallback"      # the PIM has no global mean
     assert {"batchnorm", "relu", "add", "linear", "loss"} <= {r["kind"] for r in rows}
     for r in rows:
         assert r["step_cycles"] == pytest.approx(r["fwd_cycles"] + r["bwd_cycles"]
@@ -155,3 +160,60 @@ def test_trace_slices_nest_on_every_thread(resnet_run, tmp_path):
     assert modes and all(math.isfinite(e["dur"]) for e in modes)
     # one slice per entry into PIM mode, the last one closed at the step's end if still open
     assert len(modes) == int(run.modes["enter"].sum())
+
+
+def test_plot_titles_count_groups_and_energy_panels_have_legends(resnet_run, tmp_path,
+                                                                 monkeypatch):
+    """"1 group", not "1 groups"; both panels of energy.png say which colour is what."""
+    from pimrt.runtime import energy
+    import pimrt.output
+    figs = {}
+
+    def keep(fig, path, **kw):
+        figs[pathlib.Path(path).name] = fig
+    monkeypatch.setattr(report, "atomic_savefig", keep)
+    monkeypatch.setattr(pimrt.output, "atomic_savefig", keep)
+    run, serial = resnet_run
+    one = time_step(run.schedule.graph, "authority", 1)
+    rows = report.layer_rows(one, serial)
+    report.plot(one, rows, tmp_path, serial)
+    assert figs["timeline.png"].axes[0].get_title().startswith("authority, 1 group: ")
+    assert ", 1 group: each layer" in figs["layer_speedup.png"].axes[0].get_title()
+    report.plot(run, report.layer_rows(run, serial), tmp_path, serial)
+    assert figs["timeline.png"].axes[0].get_title().startswith("authority, 4 groups: ")
+    parts = {"host": 5.0, "dram": 2.0, "pim": 1.0, "io": 0.5}
+    energy.plot([("GPU-only", parts), ("authority", parts)], tmp_path / "energy.png", "t")
+    left, right = figs["energy.png"].axes[:2]
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["host", "DRAM", "PIM", "I/O"]
+    assert right.get_legend() is not None
+    assert [t.get_text() for t in right.get_legend().get_texts()] == ["DRAM", "PIM", "I/O"]
+
+
+@pytest.mark.parametrize("exchange", ["sgd", "gradsa", "laysa"])
+def test_a_layers_side_is_its_own_ops_not_its_updates(exchange):
+    """GradSA's exchange of a batch norm's parameters runs partly on the host; the layer's
+    forward and backward run on the PIM, so its side is pim."""
+    from pimrt.runtime.schedule import build_schedule, layer_sides
+    g = capture(zoo.build("resnet_cifar_20", input_size=32, device="meta"), (4, 3, 32, 32))
+    sides = layer_sides(build_schedule(g, 1, exchange=exchange))
+    kinds = {n.name: n.kind for n in g.nodes}
+    assert {sides[n] for n in sides if kinds.get(n) in ("batchnorm", "relu", "add")} == {"pim"}
+    assert {sides[n] for n in sides if kinds.get(n) in ("conv", "linear")} == {"host"}
+    assert sides["loss"] == "host"
+    assert {sides[n] for n in sides if kinds.get(n) == "adaptive_avgpool"} == {"host_fallback"}
+
+
+def test_the_note_names_each_layer_the_pim_cannot_run_once():
+    from torch import nn
+    from pimrt.runtime.schedule import host_fallback_note
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.AvgPool2d(3, 1), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+                        nn.Linear(32, 10))
+    note = host_fallback_note(capture(net, (2, 3, 16, 16)))
+    assert note == ("note: 2 layers the PIM has no program for run on the host: "
+                    "_3 (avgpool 3x3, stride 1, padding 0), _4 (adaptive average pool to 2x2); "
+                    "the backward pass of 1 max pool runs on the host: _2 (the PIM pools 2x2 "
+                    "windows with stride 2; layers.csv's side: host_fallback)")
+    plain = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
+                          nn.Linear(8 * 7 * 7, 10))
+    assert host_fallback_note(capture(plain, (2, 3, 16, 16))) is None

@@ -2,6 +2,7 @@
 baseline tasks they share, and every bad input refused with one line before any work (nothing
 written)."""
 import json
+import pathlib
 
 import pytest
 from hypothesis import given
@@ -204,7 +205,6 @@ def test_a_grid_over_the_limit_needs_yes(tmp_path, capsys):
 def test_command_line_misuse(tmp_path, capsys):
     spec = write(tmp_path, TINY + "[grid]\npolicy = ['serial']\n")
     for argv, message in (
-            ([str(spec)], "give --out DIR"),
             ([str(tmp_path / "nope.toml"), "--out", "o"], "no such spec file"),
             ([str(tmp_path)], "a results folder; give --plot X"),
             ([str(spec), "--plot", "policy"], "is not a results folder"),
@@ -258,3 +258,12 @@ def test_the_authority_rule_is_a_point_s_own(tmp_path):
     assert len(systems(s)) == 1
     kinds = [t.kind for t in plan(s.points).values()]
     assert kinds.count("serial") == kinds.count("gpu_only") == kinds.count("bound") == 1
+
+
+def test_out_defaults_to_results_sweep_spec(capsys):
+    from pimrt.commands.sweep import out_folder
+    assert out_folder(pathlib.Path("docs/sweep-sensitivity.toml")) == \
+        pathlib.Path("results/sweep/sweep-sensitivity")
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert "default: results/sweep/SPEC" in " ".join(capsys.readouterr().out.split())

@@ -41,6 +41,12 @@ def not_a_model():
     return [1, 2]
 
 
+class PoolNet(SmallNet):            # a 3x3 max pool the PIM has no program for
+    def __init__(self):
+        super().__init__()
+        self.body[6] = nn.MaxPool2d(3, 2, 1)
+
+
 class Segmenter(SmallNet):
     def forward(self, x):
         return self.body[:6](x)
@@ -94,14 +100,40 @@ def test_unsupported_ops_are_refused_or_run_on_the_host(nets, tmp_path, capsys):
     assert "warning: pimrt.graph.capture: node 'body_2'" in err and "host_fallback" in err
     with open(out / "layers.csv") as fh:
         rows = {r["layer"]: r for r in csv.DictReader(fh)}
-    assert rows["body_2"]["kind"] == "host_fallback"
+    assert rows["body_2"]["kind"] == "host_fallback" and rows["body_2"]["side"] == "host_fallback"
     assert float(rows["body_2"]["host_busy_cycles"]) > 0
     assert float(rows["body_2"]["pim_busy_cycles"]) == 0
 
 
+def test_a_pool_the_pim_cannot_run_is_said_to_run_on_the_host(nets, tmp_path, capsys):
+    """A 3x3 max pool and a global average pool run on the host: the run says so once, and
+    layers.csv and the graph give the side each layer ran on."""
+    out = tmp_path / "out"
+    assert main(["run", "--model", f"{nets}:PoolNet", "--batch", "2", "--input", "16",
+                 "--functional", "none", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    notes = [line for line in printed.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1, printed
+    assert "body_6 (maxpool 3x3, stride 2, padding 1)" in notes[0]
+    assert "body_7 (global average pool)" in notes[0]
+    with open(out / "layers.csv") as fh:
+        rows = {r["layer"]: r for r in csv.DictReader(fh)}
+    assert rows["body_6"]["kind"] == "maxpool" and rows["body_6"]["side"] == "host_fallback"
+    assert rows["body_7"]["side"] == "host_fallback"
+    assert float(rows["body_6"]["pim_busy_cycles"]) == 0
+    assert (rows["body_0"]["side"], rows["body_1"]["side"], rows["body_2"]["side"],
+            rows["body_9"]["side"]) == ("host", "pim", "pim", "host")
+    from pimrt.runtime.session import captured
+    g = captured(f"{nets}:PoolNet", 2, 16)
+    assert (g.node("body_6").placement, g.node("body_7").placement) == ("host", "host")
+    where = {line.split()[1]: line.split()[3] for line in g.summary().splitlines()
+             if line.split() and line.split()[0].isdigit()}
+    assert where["body_6"] == "host" and where["body_1"] == "pim"
+
+
 @pytest.mark.parametrize("name, message", [
-    ("{nets}:Nope", "has no 'Nope' (it has: GeluNet, Segmenter, SmallNet, needs_args, "
-                    "not_a_model)"),
+    ("{nets}:Nope", "has no 'Nope' (it has: GeluNet, PoolNet, Segmenter, SmallNet, "
+                    "needs_args, not_a_model)"),
     ("{dir}/missing.py:Net", "no file"),
     ("no_such_module_xyz:Net", "cannot import module 'no_such_module_xyz'"),
     ("{nets}:needs_args", "building it failed: TypeError"),

@@ -14,7 +14,7 @@ HELP = ("authority parameters: the slack and per-layer rules vs fixed defaults v
 def add_arguments(p) -> None:
     p.add_argument("--models", default="resnet_cifar_20,resnet18",
                    help="zoo models (32x32 inputs)")
-    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--batch", type=int, default=4, help="batch size")
     p.add_argument("--groups", type=int, default=1)  # timing.DEFAULT_GROUPS
     p.add_argument("--caps", default="100,400,1600,4000")
     p.add_argument("--hwms", default="1,4,16,32,64,128")

@@ -9,7 +9,7 @@ same budget, and the step time estimated at 1, 10 and 100 Gbit/s:
         + ring wire bytes per rank per step * 8 / bandwidth.
 Defaults (ResNet-18, 11.2M parameters, digits at 16x16, 2 ranks, 5 epochs, 7 compressors) take
 about 15-25 minutes on a 2-core CPU machine; `--quick` (tinycnn, 1 epoch) about 1-2 minutes;
-the thesis figure uses `--image-size 32 --epochs 10` (about 2 hours on 2 cores).
+the thesis figure uses `--input 32 --epochs 10` (about 2 hours on 2 cores).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from pimrt.cliflags import alias
 from pimrt.errors import PimrtError
 
 HELP = "GradSA vs dense, fp16, int8, TernGrad, DGC, PowerSGD: bytes on the wire, ratio, accuracy, step time"
@@ -36,12 +37,15 @@ def add_arguments(p) -> None:
     a("--compressors", default=DEFAULT, help=f"comma-separated (default {DEFAULT}; also dgc-int64)")
     a("--model", default="resnet18", help="tinycnn, mlp or a pimrt.zoo model (default resnet18)")
     a("--dataset", default="digits", help="digits or synthetic")
-    a("--image-size", type=int, default=16)
+    a("--input", dest="image_size", type=int, default=16, metavar="INPUT",
+      help="image height and width")
+    alias(p, "--image-size", "--input")
     a("--epochs", type=int, default=5)
     a("--max-steps", type=int, default=0)
-    a("--batch-size", type=int, default=32, help="per rank")
+    a("--batch", dest="batch_size", type=int, default=32, metavar="BATCH", help="per rank")
+    alias(p, "--batch-size", "--batch")
     a("--nproc", type=int, default=2, help="ranks (processes) per run")
-    a("--estimate-ranks", type=int, default=0, help="ranks assumed by the step-time model (default --nproc)")
+    a("--estimate-ranks", type=int, default=0, help="ranks assumed by the step-time model (0: --nproc)")
     a("--lr", type=float, default=0.05)
     a("--density", type=float, default=0.001)
     a("--warmup-steps", type=int, default=20)
@@ -67,8 +71,8 @@ def _free_port() -> int:
 
 
 def _train_args(args, compressor: str, out: Path) -> list[str]:
-    return ["--model", args.model, "--dataset", args.dataset, "--image-size", str(args.image_size),
-            "--epochs", str(args.epochs), "--max-steps", str(args.max_steps), "--batch-size", str(args.batch_size),
+    return ["--model", args.model, "--dataset", args.dataset, "--input", str(args.image_size),
+            "--epochs", str(args.epochs), "--max-steps", str(args.max_steps), "--batch", str(args.batch_size),
             "--lr", str(args.lr), "--compressor", compressor, "--density", str(args.density),
             "--warmup-steps", str(args.warmup_steps), "--warmup-start-density", str(args.warmup_start_density),
             "--value-codec", args.value_codec, "--index-codec", args.index_codec,

@@ -17,6 +17,8 @@ import pathlib
 import statistics
 import time
 
+from pimrt.cliflags import alias
+
 HELP = ("Layrub: device and host memory (one meter for all) and step time of plain torch, "
         "save_on_cpu, checkpointing (per block, checkpoint_sequential) and Layrub's variants")
 
@@ -28,8 +30,9 @@ DEFAULT_MODELS = "resnet50,resnet101,resnet152,vgg16,densenet121"
 def add_arguments(p) -> None:
     p.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated zoo names")
     p.add_argument("--batch", type=int, default=4, help="batch size")
-    p.add_argument("--input-size", type=int, default=32,
+    p.add_argument("--input", dest="input_size", type=int, default=32, metavar="INPUT",
                    help="image side (32: CIFAR forms; 224: ImageNet forms)")
+    alias(p, "--input-size", "--input")
     p.add_argument("--steps", type=int, default=1, help="timed steps per variant (median)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")

@@ -31,6 +31,8 @@ import tempfile
 import time
 from datetime import timedelta
 
+from pimrt.cliflags import alias
+
 HELP = ("LaySA vs GradSA alone, Layrub alone and naive Layrub+GradSA: peak memory, step time, "
         "largest batch in a budget, throughput")
 VARIANTS = ("gradsa", "layrub", "naive", "laysa")
@@ -39,7 +41,9 @@ VARIANTS = ("gradsa", "layrub", "naive", "laysa")
 def add_arguments(p) -> None:
     a = p.add_argument
     a("--model", default="resnet18", help="pimrt.zoo CIFAR-form model or tinycnn (default resnet18)")
-    a("--image-size", type=int, default=16)
+    a("--input", dest="image_size", type=int, default=16, metavar="INPUT",
+      help="image height and width")
+    alias(p, "--image-size", "--input")
     a("--batch", type=int, default=4, help="per-rank batch for the side-by-side step (default 4)")
     a("--nproc", type=int, default=2, help="ranks (processes)")
     a("--steps", type=int, default=2, help="timed steps per measurement (after one warm-up step)")

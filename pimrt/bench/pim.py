@@ -17,7 +17,7 @@ TARGET_RATIO = 50.0       # batch driver over pyverilator
 
 def add_arguments(parser) -> None:
     parser.add_argument("--elements", type=int, default=1 << 22,
-                        help="elements per kernel through the batch driver (default 4M)")
+                        help="elements per kernel through the batch driver")
     parser.add_argument("--pv-elements", type=int, default=1 << 11,
                         help="elements per kernel through pyverilator (default 2048)")
     parser.add_argument("--repeat", type=int, default=3,

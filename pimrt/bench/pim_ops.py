@@ -31,7 +31,7 @@ BODY = 28
 def add_arguments(parser) -> None:
     parser.add_argument("--lanes", default="8,16", help="lane counts (default 8,16)")
     parser.add_argument("--clocks", type=int, default=2_000_000,
-                        help="clocks per instruction kind and lane count (default 2M)")
+                        help="clocks per instruction kind and lane count")
     parser.add_argument("--baseline-hw", metavar="DIR",
                         help="also build the unit from another copy of hw/ and time it in turn")
     parser.add_argument("--threads", type=int, default=1,

@@ -9,6 +9,8 @@ import csv
 import pathlib
 import sys
 
+from pimrt.cliflags import alias
+
 HELP = ("sensitivity of the co-executed step: the five CNNs on the default system and with "
         "one knob changed at a time (stacks, PIM lanes, PIM clock, Tensor-Core host, mode-switch "
         "cost), against GPU-only, serial host+PIM and the contention-free bound")
@@ -31,9 +33,12 @@ FIELDS = ["model", "input", "batch", "variant", "change", "gpu_only_ms", "serial
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--models", default="resnet18,resnet50,vgg16,densenet121,mobilenetv2")
-    p.add_argument("--inputs", default="32", help="input sizes, comma-separated (32, 224)")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--models", default="resnet18,resnet50,vgg16,densenet121,mobilenetv2",
+                   help="comma-separated zoo names")
+    p.add_argument("--input", dest="inputs", default="32", metavar="INPUTS",
+                   help="input sizes, comma-separated (32, 224)")
+    alias(p, "--inputs", "--input")
+    p.add_argument("--batch", type=int, default=32, help="batch size")
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated, of: {', '.join(VARIANTS)}")
     p.add_argument("--part", default="v100_hbm2_pim", help="the system's memory part")

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--policies", default="serial,bank_partition,authority",
                    help="comma-separated: serial, bank_partition, authority (serial is the "
                         "baseline of the speedups and always runs)")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=32, help="batch size (images per step)")
     p.add_argument("--input", type=int, default=224, help="input height and width (32 or 224)")
     p.add_argument("--groups", type=int, default=1,  # pimrt.runtime.timing.DEFAULT_GROUPS
                    help="most output-channel groups per CONV (default 1: each CONV runs whole and "
@@ -30,8 +30,8 @@ def register(subparsers) -> None:
                    help="batch slices of the forward pass (see pimrt run --help; default: the "
                         "largest divisor of the batch up to 4)")
     p.add_argument("--part", default="v100_hbm2_pim",
-                   help="memory part (name or TOML file; default: the V100's four HBM2 stacks "
-                        "with PIM units)")
+                   help="memory part (name or TOML file; v100_hbm2_pim: the V100's four HBM2 "
+                        "stacks with PIM units)")
     p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"),
                    help="parameter update of every run (see pimrt run --help; the exchange "
@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     p.add_argument("--authority-rule", default="slack", choices=("slack", "layer"),
                    help="how the authority policy sets its epochs (see pimrt run --help)")
     p.add_argument("--host-times", default="model", metavar="model|measure|DIR",
-                   help="the host's CONV/linear compute: the host part's model (default); "
+                   help="the host's CONV/linear compute: the host part's model ('model'); "
                         "'measure': timed on this machine's CUDA GPU (written to "
                         "OUT/MODEL/host_times.json); or the --out folder of a measuring "
                         "compare (or, for one model, a host_times.json) to replay them")
@@ -70,6 +70,11 @@ def run(args) -> int:
     check_out_dir(args.out, create=False)   # before any work; created and locked below
     graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported)
               for m in models}
+    from pimrt.runtime.schedule import host_fallback_note
+    for m, g in graphs.items():          # layers one might expect on the PIM: said once each
+        note = host_fallback_note(g)
+        if note:
+            print(f"{m}: {note}")
     args.slices = session.slices_for(args.batch, args.slices)
     for m, g in graphs.items():  # every check before the first long run
         session.preflight(g, args.part, args.groups, args.update, args.host_part, args.slices)
@@ -93,12 +98,13 @@ def run(args) -> int:
     results_path = args.out / "compare.json"
     results: list[dict] = []
     order = {m: i for i, m in enumerate(graphs)}
+    width = widths(graphs, policies)
 
     def finished(s: dict) -> None:       # written at once: an interrupted compare keeps it
         results.append(s)
         results.sort(key=lambda r: order[r["model"]])    # stable: each model's runs in order
         atomic_write_text(results_path, json.dumps(results, indent=2))
-        print(_row(s, first=len(results) == 1), flush=True)
+        print(_row(s, len(results) == 1, width), flush=True)
 
     jobs = min(args.jobs, len(graphs))
     try:
@@ -119,10 +125,10 @@ def run(args) -> int:
         if half:
             print(f"interrupted while writing {', '.join(map(str, half))}: their files may "
                   f"mix this run's and an earlier one's (each file is whole)", file=sys.stderr)
-        print(_table(results))
+        print(_table(results, width))
         return 130
     print()
-    print(_table(results))
+    print(_table(results, width))
     plotted = _energy_plot(results, args.out / "energy.png")
     if plotted:
         print(f"wrote {plotted}")
@@ -223,12 +229,19 @@ ENERGY_COLUMNS = (("mJ", "total", 10, ",.1f"), ("E/gpu", "vs_gpu_only", 8, ".3f"
                   ("E/serial", "vs_serial", 9, ".3f"))
 
 
-def _row(s: dict, first: bool) -> str:
+def widths(models, policies) -> tuple[int, int]:
+    """The model and policy columns: as wide as the longest name and two spaces (at least
+    17 and 16), so a long name (a user's path/to/nets.py:NAME) never runs into the next."""
+    return (max([15, *map(len, models)]) + 2, max([14, *map(len, policies)]) + 2)
+
+
+def _row(s: dict, first: bool, width: tuple[int, int] = (17, 16)) -> str:
     """One line of the table: the step, the baselines' steps (GPU-only, serial host+PIM, the
     contention-free bound), the speedups over the first two, the step over the bound, the
     mode switches, and the speedups over serial of the forward pass, backward pass and
     update."""
-    head = (f"{'model':<17}{'policy':<16}"
+    mw, pw = width
+    head = (f"{'model':<{mw}}{'policy':<{pw}}"
             + "".join(f"{name:>{w}}" for name, _, w, _ in COLUMNS)
             + f"{'fwd':>7}{'bwd':>7}{'upd':>7}"
             + "".join(f"{name:>{w}}" for name, _, w, _ in ENERGY_COLUMNS) + "\n") if first else ""
@@ -237,15 +250,17 @@ def _row(s: dict, first: bool) -> str:
     e = s.get("energy_mj") or {}
     energy = "".join(f"{e[key]:>{w}{fmt}}" if key in e else f"{'-':>{w}}"
                      for _, key, w, fmt in ENERGY_COLUMNS)
-    return head + f"{s['model']:<17}{s['policy']:<16}" + "".join(
+    return head + f"{s['model']:<{mw}}{s['policy']:<{pw}}" + "".join(
         f"{s[key]:>{w}{fmt}}" for _, key, w, fmt in COLUMNS) + split + energy
 
 
-def _table(results: list[dict]) -> str:
+def _table(results: list[dict], width: tuple[int, int] | None = None) -> str:
     if not results:
         return "no finished runs"
-    lines = [_row(results[0], True).split("\n")[0]]
-    lines += [_row(s, False) for s in results]
+    width = width or widths([s["model"] for s in results], [s["policy"] for s in results])
+    mw, pw = width
+    lines = [_row(results[0], True, width).split("\n")[0]]
+    lines += [_row(s, False, width) for s in results]
     by = {}
     for s in results:
         by.setdefault(s["policy"], []).append(s)
@@ -253,7 +268,7 @@ def _table(results: list[dict]) -> str:
     for policy, rs in by.items():
         mean = {k: sum(r[k] for r in rs) / len(rs)
                 for k in ("speedup_vs_gpu_only", "speedup_vs_serial", "step_vs_bound")}
-        line = (f"{'mean':<17}{policy:<16}{'':>{pad}}{mean['speedup_vs_gpu_only']:>8.3f}"
+        line = (f"{'mean':<{mw}}{policy:<{pw}}{'':>{pad}}{mean['speedup_vs_gpu_only']:>8.3f}"
                 f"{mean['speedup_vs_serial']:>10.3f}{mean['step_vs_bound']:>8.3f}")
         es = [r["energy_mj"] for r in rs if r.get("energy_mj", {}).get("available")]
         if len(es) == len(rs):

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
                    help="zoo model or FILE.py:NAME / module:NAME (as pimrt run)")
     p.add_argument("--allow-unsupported", action="store_true",
                    help="as pimrt run (the ops run on the host, not timed here)")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=32, help="batch size (images per step)")
     p.add_argument("--input", type=int, default=32, help="input height and width")
     p.add_argument("--groups", type=int, default=1,  # pimrt.runtime.timing.DEFAULT_GROUPS
                    help="most output-channel groups per CONV, as the runs to replay use")

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--allow-unsupported", action="store_true",
                    help="run ops pimrt does not capture on the host, with a warning naming "
                         "each, instead of refusing the model")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=32, help="batch size (images per step)")
     p.add_argument("--input", type=int, default=32, help="input height and width (32 or 224)")
     p.add_argument("--policy", default="authority", help="serial, bank_partition, authority")
     p.add_argument("--groups", type=int, default=1,  # pimrt.runtime.timing.DEFAULT_GROUPS
@@ -33,8 +33,8 @@ def register(subparsers) -> None:
                         "by slice (default: the largest divisor of the batch up to 4; 1: by "
                         "output-channel groups only; docs/runtime.md)")
     p.add_argument("--part", default="v100_hbm2_pim",
-                   help="memory part (name or TOML file; default: the V100's four HBM2 stacks "
-                        "with PIM units, docs/runtime.md)")
+                   help="memory part (name or TOML file; v100_hbm2_pim: the V100's four HBM2 "
+                        "stacks with PIM units, docs/runtime.md)")
     p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
     p.add_argument("--functional", default="golden",
                    help="run the step for real with the PIM ops on this backend first: golden, "
@@ -57,15 +57,16 @@ def register(subparsers) -> None:
                         "for the PIM: docs/runtime.md)")
     p.add_argument("--authority-rule", default="slack", choices=("slack", "layer"),
                    help="how the authority policy sets its epochs per host CONV: 'slack' "
-                        "(default: the host holds the channel where the step waits for it, "
+                        "(the host holds the channel where the step waits for it, "
                         "yields where it has slack) or 'layer' (from the layer's traits "
                         "alone); docs/runtime.md")
     p.add_argument("--host-times", default="model", metavar="model|measure|FILE",
-                   help="the host's CONV/linear compute: the host part's model (default); "
+                   help="the host's CONV/linear compute: the host part's model ('model'); "
                         "'measure': the real kernels timed on this machine's CUDA GPU (written "
                         "to OUT/host_times.json); or such a file (or the --out folder that has "
                         "it) to replay times measured elsewhere. docs/runtime.md")
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results"))
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results"),
+                   help="folder of the results (summary.json, layers.csv, trace.json, plots)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -83,6 +84,10 @@ def run(args) -> int:
     check_out_dir(args.out, create=False)    # before any work; created and locked below
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
+    from pimrt.runtime.schedule import host_fallback_note
+    note = host_fallback_note(graph)      # layers one might expect on the PIM: said once
+    if note:
+        print(note)
     slices = session.slices_for(args.batch, args.slices)
     session.preflight(graph, args.part, args.groups, exchange.mode, args.host_part, slices)
     pipelined = args.policy != "serial"

@@ -6,6 +6,7 @@ import pathlib
 import time
 
 LIMIT = 200          # points a sweep runs without --yes
+OUT = pathlib.Path("results/sweep")    # a spec's results go to OUT/SPEC without --out
 
 
 def register(subparsers) -> None:
@@ -19,14 +20,15 @@ def register(subparsers) -> None:
     p.add_argument("source", type=pathlib.Path, metavar="SPEC.toml|DIR",
                    help="a sweep spec to run, or a sweep's results folder to plot")
     p.add_argument("--out", type=pathlib.Path, default=None,
-                   help="results folder of the run (sweep.json, results.csv, points/ID/)")
+                   help="results folder of the run (sweep.json, results.csv, points/ID/; "
+                        f"default: {OUT}/SPEC, SPEC the spec file's name without .toml)")
     p.add_argument("--jobs", type=int, default=1,
                    help="local worker processes, one core each (default 1)")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT|local:N",
                    help="run on a Dask cluster: a running scheduler's address, or local:N "
                         "for a LocalCluster of N workers (instead of --jobs)")
     p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for the Dask scheduler to answer (default 10)")
+                   help="seconds to wait for the Dask scheduler to answer")
     p.add_argument("--yes", action="store_true",
                    help=f"run a sweep of more than {LIMIT} points")
     p.add_argument("--force", action="store_true",
@@ -72,7 +74,7 @@ def run(args) -> int:
     if not src.is_file():
         raise ConfigError(f"{src}: no such spec file or results folder")
     if args.out is None and not args.dry_run:
-        raise ConfigError(f"{src}: give --out DIR, the results folder of the sweep")
+        args.out = out_folder(src)
     if args.scheduler and args.jobs != 1:
         raise ConfigError("--jobs is for local processes; with --scheduler the cluster's "
                           "workers run the points")
@@ -138,6 +140,11 @@ class _stop_on_sigterm:
     def restore(self) -> None:
         import signal
         signal.signal(signal.SIGTERM, self.old)
+
+
+def out_folder(spec: pathlib.Path) -> pathlib.Path:
+    """The results folder of a spec run without --out: results/sweep/SPEC."""
+    return OUT / spec.stem
 
 
 def _count(n: int, what: str) -> str:

@@ -14,8 +14,10 @@ conv, linear       host       dense MACs: the host's (GPU's) compute
 batchnorm          pim        per-channel reductions + elementwise scale/shift, memory bound
 relu, relu6        pim        elementwise max (relu6: max then min with 6)
 add                pim        elementwise sum of two same-shape tensors (residual add)
-maxpool, avgpool   pim        window max/mean over data already in the bank
-adaptive_avgpool   pim        mean over the spatial window(s)
+maxpool, avgpool   pim        window max/mean over data already in the bank: 2x2 windows with
+                   or host    stride 2 and no padding (the PIM's pooling programs); any other
+                              pool runs on the host; max-pool backward runs on the host
+adaptive_avgpool   host       mean over the spatial window(s): the PIM has no program for it
 flatten            view       a reshape of the same bytes: no data moves, no op runs
 concat             layout     a copy into one buffer (or producers writing into its slices);
                               no arithmetic; the scheduler decides how it is realised
@@ -25,7 +27,8 @@ host_fallback      host       an unsupported op the user allowed (``allow_unsupp
 input, output      io         the batch fed in / the value returned
 =================  =========  ================================================================
 
-``Layer.on_pim`` is ``placement == "pim"``.
+``Layer.on_pim`` is ``placement == "pim"``; a layer's placement is where its forward pass runs
+(:func:`runs_on_pim` per phase, which the runtime's schedule follows).
 
 Backward rules (what each kind's backward reads; used by :meth:`LayerGraph.liveness`):
 
@@ -72,6 +75,38 @@ PIM_KINDS = frozenset({"batchnorm", "relu", "relu6", "add", "maxpool", "avgpool"
 HOST_KINDS = frozenset({"conv", "linear", "dropout", "host_fallback"})
 PLACEMENT = {**{k: "pim" for k in PIM_KINDS}, **{k: "host" for k in HOST_KINDS},
              "flatten": "view", "concat": "layout", "input": "io", "output": "io"}
+
+
+def _pool_2x2(attrs: dict) -> bool:
+    """The unit's pooling programs do 2x2 windows with stride 2 and no padding (docs/pim.md)."""
+    k, s = attrs.get("kernel"), attrs.get("stride")
+    k = k if isinstance(k, (tuple, list)) else (k, k)
+    s = s if isinstance(s, (tuple, list)) else (s, s)
+    pad = attrs.get("padding") or 0
+    pad = pad if isinstance(pad, (tuple, list)) else (pad, pad)
+    return tuple(k) == (2, 2) and tuple(s) == (2, 2) and not any(pad)
+
+
+def pim_runs(kind: str, attrs: dict, phase: str) -> bool:
+    """Whether the PIM unit has a program for a layer of this kind and attrs in this phase
+    ("fwd" or "bwd"): the one rule of what runs where (the graph's placement, the runtime's
+    schedule, layers.csv's side)."""
+    if kind in ("maxpool", "avgpool"):
+        return _pool_2x2(attrs) and not (kind == "maxpool" and phase == "bwd")
+    return kind in PIM_KINDS and kind != "adaptive_avgpool"
+
+
+def runs_on_pim(layer, phase: str) -> bool:
+    """Whether the PIM unit has a program for this layer in this phase."""
+    return pim_runs(layer.kind, layer.attrs, phase)
+
+
+def placement_of(kind: str, attrs: dict) -> str:
+    """Where a layer's forward pass runs: PLACEMENT, but a layer of a PIM kind the PIM has no
+    program for (a 3x3 pool, a global average pool) on the host."""
+    if kind in PIM_KINDS and not pim_runs(kind, attrs, "fwd"):
+        return "host"
+    return PLACEMENT[kind]
 
 
 @dataclass(frozen=True)

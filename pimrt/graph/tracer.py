@@ -25,7 +25,7 @@ from torch.fx.node import Node, _get_qualified_name
 from torch.fx.passes.shape_prop import TensorMetadata
 
 from pimrt.graph.errors import GraphError, UnsupportedOpError, UnsupportedOpWarning
-from pimrt.graph.layer import PLACEMENT, Layer, LayerGraph
+from pimrt.graph.layer import PLACEMENT, Layer, LayerGraph, placement_of
 
 # --------------------------------------------------------------------------------------------
 # What is supported.
@@ -766,7 +766,7 @@ def _new_layer(node: Node, kind: str, index: int, module_path: str, inputs: list
         target = str(node.target)
     layer = Layer(name=node.name, kind=kind, index=index, op=node.op, target=target,
                   module_path=module_path, inputs=inputs, attrs=attrs,
-                  placement=PLACEMENT[kind])
+                  placement=placement_of(kind, attrs))
     if value is not None:
         layer.shape = tuple(int(d) for d in value.shape)
         layer.dtype = _dtype_name(value.dtype)

@@ -261,7 +261,7 @@ def plot(bars: list[tuple[str, dict]], path, title: str) -> None:
                       ha="right" if rotate else "center", fontsize=8)
         ax.set_ylabel("mJ per training step")
         ax.set_title(sub, fontsize=9)
-    axes[0].legend(fontsize=8, loc="lower center", ncol=4, framealpha=0.9)
+        ax.legend(fontsize=8, loc="lower center", ncol=len(parts), framealpha=0.9)
     fig.suptitle(title, fontsize=10)
     atomic_savefig(fig, path, dpi=110)
     plt.close(fig)

@@ -9,6 +9,7 @@ import pathlib
 
 from pimrt.output import atomic_open, atomic_savefig, atomic_write_text
 from pimrt.runtime.attribution import PHASE_CLASS, PHASES, layer_shares
+from pimrt.runtime.schedule import layer_sides
 from pimrt.runtime.timing import StepTiming
 
 
@@ -200,19 +201,21 @@ def write_chrome_trace(run: StepTiming, path, tck_ns: float | None = None) -> No
 
 
 def layer_rows(run: StepTiming, serial: StepTiming | None) -> list[dict]:
-    """One row per layer, in the schedule's order (forward order): its first start and last
-    end, its tasks' busy cycles on each side, and the cycles of the step that belong to it
+    """One row per layer, in the schedule's order (forward order): its kind, the side it ran
+    on (`schedule.layer_sides`), its first start and last end, its tasks' busy cycles on each
+    side, and the cycles of the step that belong to it
     (`pimrt.runtime.attribution`: forward, backward and update; they add up to the step),
     with the serial run's and the layer's speedup (serial cycles / cycles)."""
     graph = run.schedule.graph
     spans = layer_spans(run)
+    sides = layer_sides(run.schedule)
     mine = layer_shares(run)
     base = layer_shares(serial) if serial is not None else {}
     rows = []
     for layer, (s, e, hb, pb) in spans.items():
         kind = graph[layer].kind if layer in graph else \
             next(t.kind for t in run.schedule.tasks if t.layer == layer)
-        row = {"layer": layer, "kind": kind, "start_cycle": s, "end_cycle": e,
+        row = {"layer": layer, "kind": kind, "side": sides[layer], "start_cycle": s, "end_cycle": e,
                "host_busy_cycles": hb, "pim_busy_cycles": pb}
         for ph in PHASES:
             row[f"{ph}_cycles"] = round(mine[layer][ph], 1)
@@ -257,7 +260,7 @@ def plot(run: StepTiming, rows: list[dict], out_dir, serial: StepTiming | None =
         ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=color)
     ax.set_yticks([0, 1], ["PIM", "host"])
     ax.set_xlabel("time (ms)")
-    ax.set_title(f"{run.policy}, {run.groups} groups: {run.seconds * 1e3:.2f} ms")
+    ax.set_title(f"{run.policy}, {count(run.groups, 'group')}: {run.seconds * 1e3:.2f} ms")
     fig.tight_layout()
     paths.append(out_dir / "timeline.png")
     atomic_savefig(fig, paths[-1], dpi=110)
@@ -287,13 +290,18 @@ def plot(run: StepTiming, rows: list[dict], out_dir, serial: StepTiming | None =
             bottom.set_xticks(x, [r["layer"] for r in sp], rotation=90, fontsize=6)
         else:
             bottom.set_xlabel("layer (forward order)")
-        top.set_title(f"{run.policy}, {run.groups} groups: each layer's share of the step "
-                      "(a cycle split among the tasks running in it)")
+        top.set_title(f"{run.policy}, {count(run.groups, 'group')}: each layer's share of "
+                      "the step (a cycle split among the tasks running in it)")
         fig.tight_layout()
         paths.append(out_dir / "layer_speedup.png")
         atomic_savefig(fig, paths[-1], dpi=110)
         plt.close(fig)
     return paths
+
+
+def count(n: int, what: str) -> str:
+    """"1 group", "4 groups"."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def write_all(run: StepTiming, serial: StepTiming | None, meta: dict, out_dir,

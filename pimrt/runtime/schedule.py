@@ -43,6 +43,7 @@ import math
 
 from pimrt.errors import ConfigError
 from pimrt.graph import LayerGraph
+from pimrt.graph.layer import PIM_KINDS, runs_on_pim    # what the PIM runs: one rule
 
 HOST_COMPUTE = ("conv", "linear")
 # how many CONVs later in the PIM's order a layer's SGD update (GradSA: its fold) comes than
@@ -85,24 +86,6 @@ class Schedule:
     groups: int
     tasks: list[Task]
     pipelined: bool
-
-
-def pool_fits_pim(layer) -> bool:
-    """The unit's pooling programs do 2x2 windows with stride 2 (docs/pim.md); other pools,
-    max-pool backward and global average pooling run on the host."""
-    k, s = layer.attrs.get("kernel"), layer.attrs.get("stride")
-    k = k if isinstance(k, (tuple, list)) else (k, k)
-    s = s if isinstance(s, (tuple, list)) else (s, s)
-    pad = layer.attrs.get("padding") or 0
-    pad = pad if isinstance(pad, (tuple, list)) else (pad, pad)
-    return tuple(k) == (2, 2) and tuple(s) == (2, 2) and not any(pad)
-
-
-def runs_on_pim(layer, phase: str) -> bool:
-    """Whether the PIM unit has a program for this layer in this phase."""
-    if layer.kind in ("maxpool", "avgpool"):
-        return pool_fits_pim(layer) and not (layer.kind == "maxpool" and phase == "bwd")
-    return layer.kind != "adaptive_avgpool"
 
 
 def channelwise(layer, groups: int) -> bool:
@@ -535,6 +518,79 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     for args in applies + final_updates:
         task(*args)
     return Schedule(graph, groups, _group_major(tasks), pipelined)
+
+
+def layer_sides(schedule: Schedule) -> dict[str, str]:
+    """Each layer's side in this schedule (layers.csv's `side`): "pim" (all its work on the
+    PIM), "host" (a host layer: CONV/linear, the loss, dropout; a CONV's SGD update may run on
+    the PIM), "host_fallback" (a layer of a PIM kind with work the PIM has no program for, or
+    an op pimrt does not capture, run on the host). Its own op's tasks decide, not its
+    parameters' update (GradSA's exchange runs partly on the host). GPU-only execution: all
+    "host"."""
+    g, first, on = schedule.graph, {}, {}
+    for t in schedule.tasks:
+        first.setdefault(t.layer, t.side)
+        on.setdefault(t.layer, set())
+        if t.phase in ("fwd", "bwd", "bwd_data", "bwd_weight"):
+            on[t.layer].add(t.side)
+    if not any(t.side == "pim" for t in schedule.tasks):
+        return dict.fromkeys(first, "host")
+    out = {}
+    for layer, sides in on.items():
+        kind = g[layer].kind if layer in g else None
+        if kind == "host_fallback" or (kind in PIM_KINDS and "host" in sides):
+            out[layer] = "host_fallback"
+        else:
+            out[layer] = "pim" if kind in PIM_KINDS else first[layer]
+    return out
+
+
+def host_fallback_note(graph: LayerGraph, most: int = 6) -> str | None:
+    """One line naming the layers of PIM kinds that run on the host because the PIM has no
+    program for them (pools other than 2x2 with stride 2, global average pooling; max-pool
+    backward), or None when there are none."""
+    whole, backward = [], []
+    for n in graph.nodes:
+        if n.kind not in PIM_KINDS:
+            continue
+        if not runs_on_pim(n, "fwd"):
+            whole.append(f"{n.name} ({_pool_text(n)})")
+        elif not runs_on_pim(n, "bwd"):
+            backward.append(n.name)
+    if not whole and not backward:
+        return None
+
+    def names(xs: list[str]) -> str:
+        return ", ".join(xs[:most]) + (f" and {len(xs) - most} more" if len(xs) > most else "")
+    parts = []
+    if whole:
+        parts.append(f"{len(whole)} layer{'s' if len(whole) != 1 else ''} the PIM has no "
+                     f"program for run on the host: {names(whole)}")
+    if backward:
+        parts.append(f"the backward pass of {len(backward)} max pool"
+                     f"{'s' if len(backward) != 1 else ''} runs on the host: {names(backward)}")
+    return ("note: " + "; ".join(parts) + " (the PIM pools 2x2 windows with stride 2; "
+            "layers.csv's side: host_fallback)")
+
+
+def _pool_text(layer) -> str:
+    """A pool as the note names it: "maxpool 3x3, stride 2, padding 1", "global average
+    pool"."""
+    a = layer.attrs
+    if layer.kind == "adaptive_avgpool":
+        size = tuple(a.get("output_size") or ())
+        return "global average pool" if size in ((1, 1), (1,), ()) else \
+            f"adaptive average pool to {'x'.join(map(str, size))}"
+
+    def pair(v) -> tuple:
+        return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+    def one(v) -> str:           # 2 for (2, 2), 1x2 for (1, 2)
+        v = pair(v)
+        return str(v[0]) if v[0] == v[1] else "x".join(map(str, v))
+    k = pair(a.get("kernel"))
+    return f"{layer.kind} {k[0]}x{k[1]}, stride {one(a.get('stride'))}, padding " \
+        f"{one(a.get('padding') or 0)}"
 
 
 def step_order(graph: LayerGraph) -> list:

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import argparse
 
+from pimrt.cliflags import alias, show_defaults
 from pimrt.gradsa import registry
 from pimrt.gradsa.errors import GradSAError
 from pimrt.train import data, managers
 
 
+PROG = "python -m pimrt.train"    # `pimrt train` sets its own name (pimrt/commands/train.py)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pimrt.train", description="data-parallel training with a chosen "
+    p = argparse.ArgumentParser(prog=PROG, description="data-parallel training with a chosen "
                                 "gradient compressor (DDP comm hook); metrics CSV, checkpoints, resume")
     a = p.add_argument
     a("--model", default="tinycnn", help="mlp, tinycnn or a pimrt.zoo name (e.g. resnet18)")
     a("--dataset", default="digits", help=f"one of {', '.join(data.DATASETS)}")
-    a("--image-size", type=int, default=32, help="digits are bilinearly scaled from 8x8 to this size")
+    a("--input", dest="image_size", type=int, default=32, metavar="INPUT",
+      help="image height and width (digits are bilinearly scaled from 8x8 to this size)")
+    alias(p, "--image-size", "--input")
     a("--channels", type=int, default=3)
     a("--synthetic-size", type=int, default=512, help="images in the synthetic dataset")
     a("--compressor", default="gradsa", help=f"one of {', '.join(registry.COMPRESSORS)}")
@@ -38,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--powersgd-rank", type=int, default=4)
     a("--epochs", type=int, default=3)
     a("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
-    a("--batch-size", type=int, default=32, help="per rank")
+    a("--batch", dest="batch_size", type=int, default=32, metavar="BATCH", help="per rank")
+    alias(p, "--batch-size", "--batch")
     a("--lr", type=float, default=0.05)
     a("--momentum", type=float, default=0.9)
     a("--weight-decay", type=float, default=5e-4)
@@ -54,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--bucket-cap-mb", type=float, default=25.0)
     a("--manager", default="none", help=f"memory manager wrapping the step: {', '.join(managers.MANAGERS)}")
     a("--no-progress", action="store_true", help="no tqdm bar")
-    return p
+    return show_defaults(p)
 
 
 def parse(argv=None) -> argparse.Namespace:

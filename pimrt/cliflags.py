@@ -1,0 +1,54 @@
+"""What the options of every command share: one spelling per concept (`CONCEPTS`; an old
+spelling still parses as a hidden alias, `alias`) and help that shows each option's default
+(`show_defaults`, run over every parser by pimrt.cli and by `python -m pimrt.train`)."""
+from __future__ import annotations
+
+import argparse
+import re
+
+#: concept -> (the spellings help lists, old spellings that parse but help does not list)
+CONCEPTS = {
+    "input": (("--input",), ("--inputs", "--input-size", "--image-size")),
+    "batch": (("--batch",), ("--batch-size",)),
+    "model": (("--model", "--models"), ()),
+}
+
+
+def alias(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Accept `old` as a spelling of the option `new` (same destination, type and choices)
+    that neither help nor usage lists."""
+    act = parser._option_string_actions[new]
+    kw = {"dest": act.dest, "default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
+    if type(act) is argparse._StoreAction:
+        kw.update(type=act.type, choices=act.choices, nargs=act.nargs, metavar=act.metavar)
+    elif type(act) is argparse._StoreTrueAction:
+        kw["action"] = "store_true"
+    else:
+        raise TypeError(f"alias {old} of {new}: a {type(act).__name__} is not aliased")
+    parser.add_argument(old, **kw)
+
+
+def shown_default(action: argparse.Action) -> bool:
+    """Whether help should show this option's default: it has one worth saying (not None,
+    not a flag's False, not an empty list)."""
+    d = action.default
+    return bool(action.option_strings) and action.help is not argparse.SUPPRESS \
+        and d is not None and d is not False and d is not argparse.SUPPRESS and d != []
+
+
+def says_default(text: str, default) -> bool:
+    """Whether a help text states this default ("default 4", "(default: results)")."""
+    return re.search(r"default:? " + re.escape(str(default)) + r"(?!\w|\.\d)", text) is not None
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Append "(default: X)" to the help of each option of `parser` and of its sub-commands
+    that has a default and whose help does not already state it."""
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in dict.fromkeys(a.choices.values()):
+                show_defaults(sub)
+        elif shown_default(a) and "%(default)" not in (a.help or "") \
+                and not says_default(a.help or "", a.default):
+            a.help = f"{a.help} (default: %(default)s)" if a.help else "default: %(default)s"
+    return parser
