@@ -576,14 +576,14 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
         fail("timing", "tRAS", f"tRAS ({timing['tRAS']}) is greater than tRC "
              f"({timing['tRC']})")
     if timing["tRC"] < timing["tRAS"] + timing["tRP"]:
-        # JEDEC: tRC = tRAS + tRP. A layer that changes tRAS or tRP alone (an override of tRP,
-        # an include) lifts the tRC it inherited (it never binds below tRAS + tRP: the same
-        # simulation); one layer that sets all three inconsistently is refused.
-        srcs = {origin.get(("timing", k)) for k in ("tRC", "tRAS", "tRP")}
-        if len(srcs) == 1:
-            fail("timing", "tRC", f"tRC ({timing['tRC']}) is less than tRAS + tRP = "
-                 f"{timing['tRAS']} + {timing['tRP']} = {timing['tRAS'] + timing['tRP']}")
-        timing["tRC"] = timing["tRAS"] + timing["tRP"]
+        # JEDEC: tRC >= tRAS + tRP, checked on the merged part whichever layer set each value
+        # (one file, an include, an override): a tRP raised alone needs its tRC raised too
+        src = origin.get(("timing", "tRC"))
+        others = [f"{k} from {_source(origin.get(('timing', k)), path)}" for k in ("tRAS", "tRP")
+                  if origin.get(("timing", k)) != src]
+        fail("timing", "tRC", f"tRC ({timing['tRC']}) is less than tRAS + tRP = "
+             f"{timing['tRAS']} + {timing['tRP']} = {timing['tRAS'] + timing['tRP']}"
+             + (f" ({', '.join(others)}); set tRC as well" if others else ""))
     for k in ("tRCDRD", "tRCDWR"):
         if timing["tRAS"] < timing[k]:
             fail("timing", "tRAS", f"tRAS ({timing['tRAS']}) is less than {k} "
@@ -704,6 +704,13 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
         power=ro(power) if power is not None else None,
         pim_energy=ro(pim_energy) if pim_energy is not None else None, _fields=tuple(fields),
     )
+
+
+def _source(src: str | None, path: pathlib.Path) -> str:
+    """Where a merged value came from, as an error names it."""
+    if src is None or src == str(path):
+        return pathlib.Path(path).name
+    return "the overrides" if src == "overrides" else pathlib.Path(src).name
 
 
 def _check_power(p: Mapping, timing: Mapping, fail) -> None:
