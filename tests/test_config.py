@@ -391,6 +391,27 @@ def test_unknown_table_and_bad_toml(tmp_path):
         load_part(f)
 
 
+def test_a_deep_or_long_toml_file_is_one_clear_error(tmp_path):
+    """Issue 39: a part nested 100,000 deep ended in a RecursionError, a 5,000-digit integer in
+    Python's ValueError (its limit on int digits): each is one line naming file and line."""
+    f = tmp_path / "p.toml"
+    f.write_text("# deep\nx = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{f}:2: TOML nested too deep (100000 levels of arrays or inline tables")):
+        load_part(f)
+    f.write_text("x = " + "{a = " * 100_000 + "1" + "}" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{f}:1: TOML nested too deep (100000")):
+        load_part(f)
+    f.write_text(HBM2_TEXT.replace("tRP = 14", "tRP = " + "7" * 5000))
+    line = HBM2_TEXT[:HBM2_TEXT.index("tRP = 14")].count("\n") + 1
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{f}:{line}: tRP: a number of 5000 digits; an integer may have at most 4300")):
+        load_part(f)
+    f.write_text(HBM2_TEXT.replace("tRP = 14", "tRP = 1" + "_000" * 2000))
+    with pytest.raises(ConfigError, match="tRP: a number of 6001 digits"):
+        load_part(f)
+
+
 def test_missing_table(tmp_path):
     f = tmp_path / "p.toml"
     text = HBM2_TEXT[:HBM2_TEXT.index("[controller]")]

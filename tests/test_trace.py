@@ -110,6 +110,23 @@ def test_npy_reader_and_sidecar(tmp_path):
         T.open_trace(p).records()
 
 
+def test_npy_sidecar_deep_or_long_is_one_clear_error(tmp_path):
+    """Issue 39: a layer-names file nested too deep ended in a RecursionError."""
+    p = tmp_path / "t.npy"
+    np.save(p, recs(req(0, 64), (0, 0, 0, LAYER, HOST, 0)))
+    side = tmp_path / "t.npy.layers.json"
+    side.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TraceError, match=f"{side}:1: JSON nested too deep \\(100000 levels of "
+                                         f"arrays or objects.*\\(the layer names of "):
+        T.open_trace(p).records()
+    side.write_text('[\n"a",\n' + "9" * 5000 + "]")
+    with pytest.raises(TraceError, match=f"{side}:3: a number of 5000 digits"):
+        T.open_trace(p).records()
+    side.write_text('["a",]')
+    with pytest.raises(TraceError, match=f"{side}:1:6: not valid JSON"):
+        T.open_trace(p).records()
+
+
 def test_npy_detected_by_magic_and_empty_files(tmp_path):
     p = tmp_path / "noext"
     with open(p, "wb") as f:

@@ -17,6 +17,7 @@ import pathlib
 
 import numpy as np
 
+from pimrt.errors import TraceError
 from pimrt.trace import _textparse as tp
 from pimrt.trace import records as _records   # (RECORD_DTYPE: made on first use)
 from pimrt.trace.records import (LAST_OP, BARRIER, LAYER, OP_NAMES, PARAM, PARAM_NAMES,
@@ -52,10 +53,13 @@ def read_layer_names(path: pathlib.Path, display: str) -> list[str] | None:
     side = _find_sidecar(path)
     if side is None:
         return None
-    try:
-        names = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise tp.trace_error(str(side), None, "layers", f"cannot read layer names: {exc}")
+    from pimrt.jsonfile import read_json
+
+    def error(msg: str) -> TraceError:
+        err = TraceError(f"{msg} (the layer names of {display})")
+        err.path, err.line, err.field = str(side), None, "layers"
+        return err
+    names = read_json(side, error)
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise tp.trace_error(str(side), None, "layers", "must be a JSON list of strings")
     return names
