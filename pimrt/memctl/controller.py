@@ -418,7 +418,9 @@ class Controller:
         start, end, nreq = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
         for i in self._ids(lib.mc_layer_count, lib.mc_layer_ids):
             lib.mc_layer_span(self._sim, i, start, end, nreq)
-            name = layer_names[i] if layer_names and i < len(layer_names) else str(i)
+            # (a layer beyond the names given: an .npy trace's id without a sidecar name)
+            name = (str(i) if layer_names is None else
+                    layer_names[i] if i < len(layer_names) else f"layer{i}")
             layers.append({"layer": i, "name": name, "start": int(start[0]), "end": int(end[0]),
                            "requests": int(nreq[0])})
         return {

@@ -38,6 +38,10 @@ def sniff_bytes(head: bytes) -> bool:
     return head.startswith(MAGIC)
 
 
+#: without a sidecar, Trace.layer_names holds made-up names for the layer ids below this
+MADE_UP_NAMES = 1 << 16
+
+
 def sidecar_path(path: pathlib.Path) -> pathlib.Path:
     return path.with_name(path.name + ".layers.json")
 
@@ -114,8 +118,12 @@ def validate_chunk(chunk: np.ndarray, first: int, state: tp.ReadState,
             i = np.flatnonzero(is_layer & (chunk["value"] >= len(state.layer_names)))[0]
             raise err(i, "layer", f"LAYER value {chunk['value'][i]} has no name in the "
                       f"sidecar ({len(state.layer_names)} names)")
-        while len(state.layer_names) <= top:  # no sidecar: names made up
-            state.layer_id(f"layer{len(state.layer_names)}")
+        if not names_known:   # no sidecar: layer N is "layerN", made up here for the ids
+            # below MADE_UP_NAMES (a list up to the largest id would grow with its value);
+            # the stats name a larger id the same way (Controller.stats)
+            small = vals[vals < MADE_UP_NAMES]
+            for n in range(len(state.layer_names), int(small.max()) + 1 if len(small) else 0):
+                state.layer_id(f"layer{n}")
     idx = np.flatnonzero(req)
     if len(idx):
         cyc = chunk["cycle"][idx]
