@@ -341,6 +341,7 @@ class Controller:
         rc = lib.mc_run_text(self._sim, c_format, os.fsencode(path), capacity_bytes or 0, 0,
                              pos)
         self._drain()
+        self.text_reached = int(pos.offset), int(pos.line)   # where the C reader got to
         if rc == lib.MC_TEXT_STOPPED:
             return int(pos.offset), int(pos.line), int(pos.last_cycle), int(pos.last_line)
         self._check(rc, where)
@@ -536,6 +537,8 @@ def run_trace(chunks: Iterable[np.ndarray], part: Part | str, options: Options |
             # to Python a chunk; from where it stops (if it does) the Python reader goes on
             stop = ctl.feed_text(chunks.path, chunks.c_format, chunks.capacity_bytes, where)
             rest = chunks.resume(*stop) if stop is not None else ()
+            if stop is None:   # (a resumed pass checks the file at its end itself)
+                chunks.check_unchanged(ctl.text_reached)
         if isinstance(rest, tuple) and not rest:
             pass   # all fed (and numpy, lazy in pimrt memsim, may stay unloaded)
         else:

@@ -70,6 +70,9 @@ def read_layer_names(path: pathlib.Path, display: str) -> list[str] | None:
 
 
 def _open_array(path: pathlib.Path, display: str) -> np.ndarray:
+    """The file's records as a memory map, for its header (dtype, shape, offset) only: the
+    records are read through a file (read), as a map would end the process with SIGBUS at a
+    page the file lost after it was opened (truncated while read)."""
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -152,10 +155,23 @@ def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
         for n in names:
             state.layer_names.append(n)
             state.layer_index.setdefault(n, len(state.layer_names) - 1)
-    for i in range(0, len(arr), chunk_records):
-        chunk = np.array(arr[i:i + chunk_records], dtype=_records.RECORD_DTYPE)
-        validate_chunk(chunk, i, state, names is not None)
-        yield chunk
+    count, dtype, offset = len(arr), arr.dtype, int(getattr(arr, "offset", 0))
+    del arr
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for i in range(0, count, chunk_records):
+            n = min(chunk_records, count - i)
+            raw = f.read(n * dtype.itemsize)
+            state.reached = (offset + i * dtype.itemsize + len(raw),
+                             i + len(raw) // dtype.itemsize + 1)
+            if len(raw) < n * dtype.itemsize:
+                got = i + len(raw) // dtype.itemsize
+                raise tp.trace_error(state, got + 1, None, f"the file ends here, before the "
+                                     f"{count:,} records its header gives (truncated while "
+                                     f"it was read?)", unit="record ")
+            chunk = np.frombuffer(raw, dtype).astype(_records.RECORD_DTYPE)
+            validate_chunk(chunk, i, state, names is not None)
+            yield chunk
 
 
 def count_records(path: pathlib.Path) -> int:
