@@ -161,15 +161,19 @@ def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
         f.seek(offset)
         for i in range(0, count, chunk_records):
             n = min(chunk_records, count - i)
-            raw = f.read(n * dtype.itemsize)
-            state.reached = (offset + i * dtype.itemsize + len(raw),
-                             i + len(raw) // dtype.itemsize + 1)
-            if len(raw) < n * dtype.itemsize:
-                got = i + len(raw) // dtype.itemsize
-                raise tp.trace_error(state, got + 1, None, f"the file ends here, before the "
-                                     f"{count:,} records its header gives (truncated while "
-                                     f"it was read?)", unit="record ")
-            chunk = np.frombuffer(raw, dtype).astype(_records.RECORD_DTYPE)
+            buf = np.empty(n, dtype)   # (read straight into the records: one copy)
+            size = f.readinto(memoryview(buf).cast("B"))
+            while 0 < size < n * dtype.itemsize:   # (a short read before the end)
+                more = f.readinto(memoryview(buf).cast("B")[size:])
+                if not more:
+                    break
+                size += more
+            state.reached = (offset + i * dtype.itemsize + size, i + size // dtype.itemsize + 1)
+            if size < n * dtype.itemsize:
+                raise tp.trace_error(state, i + size // dtype.itemsize + 1, None, f"the file "
+                                     f"ends here, before the {count:,} records its header "
+                                     f"gives (truncated while it was read?)", unit="record ")
+            chunk = buf if dtype == _records.RECORD_DTYPE else buf.astype(_records.RECORD_DTYPE)
             validate_chunk(chunk, i, state, names is not None)
             yield chunk
 
