@@ -34,7 +34,7 @@ def register(subparsers) -> None:
     p.add_argument("--pim-banks", default=None,
                    help="bank_partition: comma-separated bank indices (within a channel) of the PIM")
     p.add_argument("--set", action="append", default=[], metavar="TABLE.KEY=VALUE",
-                   help="override a part parameter, e.g. --set timing.tRP=16 (repeatable)")
+                   help="override a part parameter, e.g. --set timing.tCCD_L=4 (repeatable)")
     p.add_argument("--stats", type=pathlib.Path, default=None, help="write the stats as JSON")
     p.add_argument("--csv", type=pathlib.Path, default=None,
                    help="write per-channel, per-requestor stats as CSV")

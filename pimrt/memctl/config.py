@@ -1,7 +1,7 @@
 """Memory part configuration: load, merge and validate a part's TOML file.
 
     part = load_part("hbm2")                       # a shipped part, by name or file stem
-    part = load_part("my_part.toml", overrides={"timing": {"tRP": 16}})
+    part = load_part("my_part.toml", overrides={"timing": {"tCCD_L": 4}})
     part.timing["tRCDRD"], part.request_bytes, part.address_fields()
     fields = decode_address(part, numpy_array_of_addresses)
 
@@ -371,8 +371,8 @@ def resolve_part_path(name_or_path: str | pathlib.Path) -> pathlib.Path:
 def load_part(name_or_path: str | pathlib.Path, overrides: Mapping | None = None) -> Part:
     """Load, merge (include, overrides) and validate a part.
 
-    overrides: {"timing": {"tRP": 16}}, or dotted keys {"timing.tRP": 16}, or bare keys
-    {"tRP": 16} when the key belongs to exactly one table. They win over the file."""
+    overrides: {"timing": {"tCCD_L": 4}}, or dotted keys {"timing.tCCD_L": 4}, or bare keys
+    {"tCCD_L": 4} when the key belongs to exactly one table. They win over the file."""
     path = resolve_part_path(name_or_path)
     merged, origin = _load_layers(path, [])
     if overrides:

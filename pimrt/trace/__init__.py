@@ -229,9 +229,9 @@ def open_trace(path, format: str | None = None, chunk_records: int = 1 << 16,
         if getattr(FORMATS[fmt], "BINARY", False):
             if stream is not None:
                 stream.__exit__()
-            raise TraceError(f"{display}: the {fmt} format is read from a file (it maps and "
-                             f"seeks); standard input, a pipe or a FIFO can bring a text "
-                             f"trace only: write it to a file first")
+            raise TraceError(f"{display}: the {fmt} format is read from a file (its reader "
+                             f"seeks in it); standard input, a pipe or a FIFO can bring a "
+                             f"text trace only: write it to a file first")
         return Trace(path, fmt, chunk_records, capacity_bytes, part,
                      stream or tp.Stream(path, display))
     if path.is_dir():
