@@ -21,7 +21,14 @@ void mc_address_init(mc_sim *sim)
 
 int mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields)
 {
-    if (!sim || !fields) return MC_ERR_ARG;
+    if (!sim || !fields) {
+        if (sim) mc_set_error((mc_sim *)sim, MC_ERR_ARG, "mc_decode: NULL fields");
+        return MC_ERR_ARG;
+    }
+    if (addr >= sim->capacity) /* (its low bits would decode as some other address) */
+        return mc_set_error((mc_sim *)sim, MC_ERR_ARG,
+                            "mc_decode: address 0x%llx is beyond the capacity (0x%llx bytes)",
+                            (unsigned long long)addr, (unsigned long long)sim->capacity);
     mc_decode_fields(sim, addr, fields);
     return MC_OK;
 }

@@ -176,9 +176,10 @@ const char *mc_error(const mc_sim *sim); /* errlen <= 0 or err NULL: mc_new writ
  * with recs starting at the record *consumed says, followed by the next ones; with last set
  * when there are no more), MC_PAUSED when the command log holds more than its limit (drain
  * it, then call again likewise), or an error. recs[0] must be the first record not yet
- * consumed. With last set, MC_OK means every record has been offered. After mc_finish, or
- * with sim or consumed NULL (or recs NULL and n > 0), it returns MC_ERR_ARG. Arrival cycles
- * above MC_MAX_CYCLE are refused (MC_ERR_TRACE naming the record). */
+ * consumed. With last set, MC_OK means every record has been offered; a later call may then
+ * offer no records (n 0), and one that offers some is refused (MC_ERR_ARG, nothing taken).
+ * After mc_finish, or with sim or consumed NULL (or recs NULL and n > 0), it returns
+ * MC_ERR_ARG. Arrival cycles above MC_MAX_CYCLE are refused (MC_ERR_TRACE naming the record). */
 int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed);
 /* The controller copies the records it takes (*consumed) and holds those some cursor has not
  * passed yet. One cursor reads at most `records` (0: MC_DEFAULT_WINDOW) ahead of the other;
@@ -213,7 +214,8 @@ int mc_get_energy(const mc_sim *sim, int channel, int rank, mc_energy *out);
  * served from a queued write) */
 uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint64_t *issue,
                              uint64_t max);
-/* decode one address into fields (channel counts pseudo-channels): for tests */
+/* decode one address into fields (channel counts pseudo-channels): for tests. MC_ERR_ARG
+ * (fields untouched) for a NULL pointer or an address at or beyond the capacity */
 int mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields);
 /* event `id`: cycle its SIGNAL was reached and cycle it fired (both UINT64_MAX if not, or
  * with sim NULL; nothing written through NULL pointers, as in mc_held) */

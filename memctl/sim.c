@@ -501,6 +501,14 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
     if (mc_failed(sim)) return MC_ERR_STATE;
     if (sim->finished)
         return mc_set_error(sim, MC_ERR_ARG, "mc_feed after mc_finish: the run is over");
+    /* once a call with last set has taken every record, the cursors stop at the end of the
+     * records (their next cycle is "never"): more records would never be read, and the run
+     * would turn on refreshes for ever. An empty call (a resume after MC_PAUSED) is fine. */
+    if (sim->fe_end && n > 0)
+        return mc_set_error(sim, MC_ERR_ARG,
+                            "mc_feed: %llu records offered after the last records (an earlier "
+                            "call with last set took them all); call mc_finish",
+                            (unsigned long long)n);
     /* (a compare per record, each handed in once: cheap beside simulating it) */
     for (uint64_t i = 0; i < n; i++)
         if ((recs[i].op == MC_READ || recs[i].op == MC_WRITE) && recs[i].cycle > (uint64_t)MC_MAX_CYCLE)
@@ -516,7 +524,7 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
             if (rc) return rc;
             *consumed += take;
         }
-        sim->fe_end = *consumed == n && last;
+        sim->fe_end = sim->fe_end || (*consumed == n && last);
         check_end(sim);
         for (int k = 0; k < sim->cursors; k++) /* new records: wake cursors that ran out */
             if (sim->cur[k].next < sim->now) sim->cur[k].next = sim->now;

@@ -196,9 +196,9 @@ def test_decode_wraps_above_capacity():
 # ---------------------------------------------------------------------------------------------
 # overrides and includes
 def test_overrides_three_spellings():
-    assert load_part("hbm2", {"timing": {"tRP": 16}}).timing["tRP"] == 16
-    assert load_part("hbm2", {"timing.tRP": 17}).timing["tRP"] == 17
-    assert load_part("hbm2", {"tRP": 18}).timing["tRP"] == 18
+    assert load_part("hbm2", {"timing": {"tRP": 12}}).timing["tRP"] == 12
+    assert load_part("hbm2", {"timing.tRP": 13}).timing["tRP"] == 13
+    assert load_part("hbm2", {"tRP": 11}).timing["tRP"] == 11
     with pytest.raises(ConfigError, match="unknown parameter 'tRPP'.*did you mean 'tRP'"):
         load_part("hbm2", {"tRPP": 1})
 
@@ -346,13 +346,36 @@ def test_trc_derived(tmp_path):
     f = tmp_path / "p.toml"
     f.write_text(_edit(HBM2_TEXT, "timing", "tRC", None))
     assert load_part(f).timing["tRC"] == 34 + 14
-    # overriding tRP alone works: the inherited tRC rises to tRAS + tRP (JEDEC's tRC; below
-    # it tRC never bound, so the simulation is the same)
-    assert load_part("hbm2", {"tRP": 16}).timing["tRC"] == 34 + 16
     # one file setting all three inconsistently is refused
     f.write_text(_edit(HBM2_TEXT, "timing", "tRC", "40"))
     with pytest.raises(ConfigError, match=r"tRC \(40\) is less than tRAS \+ tRP = 34 \+ 14 = 48"):
         load_part(f)
+    # raising tRP with tRC works
+    assert load_part("hbm2", {"tRP": 16, "tRC": 50}).timing["tRC"] == 50
+
+
+def test_trc_is_checked_on_the_merged_part_whatever_the_route(tmp_path):
+    """Issue 39: tRC >= tRAS + tRP was checked within one file only; an override or an include
+    that broke it was silently lifted (tRC) or ran."""
+    hbm2 = str(PARTS_DIR / "hbm2.toml")
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{hbm2} (overrides): [timing] tRC: tRC (40) is less than tRAS + tRP = 34 + 14 = 48 "
+            f"(tRAS from hbm2.toml, tRP from hbm2.toml); set tRC as well")):
+        load_part("hbm2", {"timing.tRC": 40})
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{hbm2}: [timing] tRC: tRC (48) is less than tRAS + tRP = 34 + 30 = 64 "
+            f"(tRP from the overrides); set tRC as well")):
+        load_part("hbm2", {"timing.tRP": 30})
+    (tmp_path / "base.toml").write_text(HBM2_TEXT)
+    (tmp_path / "top.toml").write_text('include = "base.toml"\n[timing]\ntRAS = 40\n')
+    with pytest.raises(ConfigError, match=re.escape(
+            "(via " + str(tmp_path / "base.toml") + "): [timing] tRC: tRC (48) is less than "
+            "tRAS + tRP = 40 + 14 = 54 (tRAS from top.toml); set tRC as well")):
+        load_part(tmp_path / "top.toml")
+    (tmp_path / "top.toml").write_text('include = "base.toml"\n[timing]\ntRC = 40\n')
+    with pytest.raises(ConfigError, match=r"top.toml: \[timing\] tRC: tRC \(40\) is less than "
+                                          r"tRAS \+ tRP = 34 \+ 14 = 48 \(tRAS from base.toml"):
+        load_part(tmp_path / "top.toml")
 
 
 def test_unknown_table_and_bad_toml(tmp_path):
@@ -365,6 +388,27 @@ def test_unknown_table_and_bad_toml(tmp_path):
         load_part(f)
     f.write_text(HBM2_TEXT.replace("[controller]", "[ctrl]"))
     with pytest.raises(ConfigError, match="unknown table 'ctrl'"):
+        load_part(f)
+
+
+def test_a_deep_or_long_toml_file_is_one_clear_error(tmp_path):
+    """Issue 39: a part nested 100,000 deep ended in a RecursionError, a 5,000-digit integer in
+    Python's ValueError (its limit on int digits): each is one line naming file and line."""
+    f = tmp_path / "p.toml"
+    f.write_text("# deep\nx = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{f}:2: TOML nested too deep (100000 levels of arrays or inline tables")):
+        load_part(f)
+    f.write_text("x = " + "{a = " * 100_000 + "1" + "}" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{f}:1: TOML nested too deep (100000")):
+        load_part(f)
+    f.write_text(HBM2_TEXT.replace("tRP = 14", "tRP = " + "7" * 5000))
+    line = HBM2_TEXT[:HBM2_TEXT.index("tRP = 14")].count("\n") + 1
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{f}:{line}: tRP: a number of 5000 digits; an integer may have at most 4300")):
+        load_part(f)
+    f.write_text(HBM2_TEXT.replace("tRP = 14", "tRP = 1" + "_000" * 2000))
+    with pytest.raises(ConfigError, match="tRP: a number of 6001 digits"):
         load_part(f)
 
 

@@ -181,7 +181,9 @@ def _getters(sim, cfg, data) -> None:
         assert lib.mc_get_energy(sim, ch, rank, e) == (lib.MC_OK if ok_e else lib.MC_ERR_ARG)
         assert lib.mc_get_energy(sim, ch, rank, ffi.NULL) == lib.MC_ERR_ARG
     fields = ffi.new("int64_t[]", lib.MC_F_COUNT)
-    assert lib.mc_decode(sim, data.draw(UINT64), fields) == lib.MC_OK
+    capacity = cfg.request_bytes << sum(cfg.map_bits[i] for i in range(cfg.map_count))
+    addr = data.draw(st.one_of(UINT64, st.sampled_from([capacity - 1, capacity])))
+    assert lib.mc_decode(sim, addr, fields) == (lib.MC_OK if addr < capacity else lib.MC_ERR_ARG)
     assert lib.mc_decode(sim, 0, ffi.NULL) == lib.MC_ERR_ARG
     reached, fired = ffi.new("uint64_t *"), ffi.new("uint64_t *")
     lib.mc_event(sim, data.draw(st.integers(0, 2**32 - 1)), reached, fired)
@@ -223,6 +225,11 @@ def test_hostile_calls_of_the_c_api_return_codes(cfg, rows, chunks, data):
             lib.mc_cmdlog_enable(sim, data.draw(st.sampled_from([0, 1, 3, 1000])))
         logged = [0]
         rc = _feed_all(sim, rows, chunks, logged)
+        consumed = ffi.new("uint64_t *")
+        one = _records([(0, 0, 0, 0, 0, 0)])
+        if rc == lib.MC_OK and data.draw(st.booleans()):   # records after the last ones: refused
+            again = lib.mc_feed(sim, one, 1, data.draw(st.integers(0, 1)), consumed)
+            assert again == lib.MC_ERR_ARG and consumed[0] == 0
         if rc == lib.MC_OK:
             for _ in range(100_000):
                 rc = lib.mc_finish(sim)
@@ -233,8 +240,6 @@ def test_hostile_calls_of_the_c_api_return_codes(cfg, rows, chunks, data):
             else:
                 raise AssertionError("mc_finish does not finish")
         event(f"run: {'finished' if rc == lib.MC_OK else 'error ' + str(rc)}")
-        consumed = ffi.new("uint64_t *")
-        one = _records([(0, 0, 0, 0, 0, 0)])
         after = lib.mc_feed(sim, one, 1, 1, consumed)
         assert after in ERRORS and consumed[0] == 0          # after mc_finish or an error
         assert lib.mc_feed(sim, ffi.NULL, 3, 0, consumed) in ERRORS

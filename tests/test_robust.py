@@ -229,6 +229,56 @@ def test_c_getters_check_their_arguments():
         ctl.feed(_trace(part, n=2))
 
 
+def test_controller_feed_takes_record_arrays_only():
+    """Issue 39: a list of numbers (or a plain integer array) used to become records with
+    every field set to each number."""
+    part = load_part("hbm2")
+    ctl = Controller(part, Options())
+    for bad, what in (([1, 2, 3], "not a list"), (np.arange(3), "not a 1-d array of dtype int64"),
+                      (np.zeros((2, 2), RECORD_DTYPE), "not a 2-d array"), ("abc", "not a str")):
+        with pytest.raises(TraceError, match=f"trace: records must be a 1-d numpy array of "
+                                             f"RECORD_DTYPE .*{what}"):
+            ctl.feed(bad)
+    ctl.feed(_trace(part, n=4))
+    ctl.finish()
+    assert ctl.stats()["requests"] == 4
+
+
+def test_decode_refuses_an_address_beyond_the_capacity():
+    """Issue 39: mc_decode returned the fields of the address's low bits."""
+    part = load_part("hbm2")
+    ctl = Controller(part, Options())
+    cap = part.capacity_bytes
+    assert ctl.decode(cap - 64)["ro"] == part.org["rows"] - 1
+    for addr in (cap, cap + 64, 2**64 - 1):
+        with pytest.raises(SimulationError, match=f"decode: mc_decode: address {addr:#x} is "
+                                                  f"beyond the capacity \\({cap:#x} bytes\\)"):
+            ctl.decode(addr)
+    for addr in (-1, 2**64, 1.5, True):
+        with pytest.raises(SimulationError, match="is not an integer in 0..2\\^64-1"):
+            ctl.decode(addr)
+
+
+def test_records_after_the_last_ones_are_refused_not_a_hang():
+    """Issue 39: a second mc_feed with last set before mc_finish spun for ever in the refresh
+    steps (the cursors had stopped at the end of the records)."""
+    part = load_part("hbm2_pim")
+    for policy in ("serial", "authority"):
+        ctl = Controller(part, Options(policy=policy))
+        rec = _trace(part, n=6)
+        recs = ffi.cast("mc_record *", ffi.from_buffer(rec))
+        consumed = ffi.new("uint64_t *")
+        assert lib.mc_feed(ctl._sim, recs, 3, 1, consumed) == lib.MC_OK and consumed[0] == 3
+        assert lib.mc_feed(ctl._sim, recs + 3, 3, 1, consumed) == lib.MC_ERR_ARG
+        assert consumed[0] == 0
+        assert "3 records offered after the last records" in ffi.string(
+            lib.mc_error(ctl._sim)).decode()
+        assert lib.mc_finish(ctl._sim) == lib.MC_OK
+        s = ffi.new("mc_summary *")
+        lib.mc_get_summary(ctl._sim, s)
+        assert s.requests == 3
+
+
 # -- output ---------------------------------------------------------------------------------------
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
     f = tmp_path / "summary.json"

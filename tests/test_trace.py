@@ -110,6 +110,46 @@ def test_npy_reader_and_sidecar(tmp_path):
         T.open_trace(p).records()
 
 
+def test_npy_large_layer_id_without_sidecar_is_bounded(tmp_path):
+    """Issue 39: a LAYER id of 2^32 - 1 and no sidecar made up a name for every id up to it
+    (1.4 GB in 20 s, then more); now only the ids below MADE_UP_NAMES get a made-up name in
+    layer_names, and the stats call the large id layerN all the same."""
+    import subprocess
+    r = recs((0, 0, 0, LAYER, HOST, 0), req(0, 64), (0, 0, 2**32 - 1, LAYER, HOST, 0),
+             req(10, 128))
+    p = tmp_path / "t.npy"
+    np.save(p, r)
+    code = ("import json, resource, pimrt.trace as T\n"
+            "from pimrt.memctl import Options, load_part, run_trace\n"
+            f"t = T.open_trace({str(p)!r})\n"
+            "s = run_trace(t, load_part('hbm2'), Options())\n"
+            "print(json.dumps([len(t.layer_names), [(l['layer'], l['name']) for l in s['layers']],"
+            " resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    names, layers, rss_kb = json.loads(out.stdout)
+    assert names == 1 and layers == [[0, "layer0"], [2**32 - 1, f"layer{2**32 - 1}"]]
+    assert rss_kb < 1 << 20                                  # under 1 GiB (it grew past it)
+
+
+def test_npy_sidecar_deep_or_long_is_one_clear_error(tmp_path):
+    """Issue 39: a layer-names file nested too deep ended in a RecursionError."""
+    p = tmp_path / "t.npy"
+    np.save(p, recs(req(0, 64), (0, 0, 0, LAYER, HOST, 0)))
+    side = tmp_path / "t.npy.layers.json"
+    side.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TraceError, match=f"{side}:1: JSON nested too deep \\(100000 levels of "
+                                         f"arrays or objects.*\\(the layer names of "):
+        T.open_trace(p).records()
+    side.write_text('[\n"a",\n' + "9" * 5000 + "]")
+    with pytest.raises(TraceError, match=f"{side}:3: a number of 5000 digits"):
+        T.open_trace(p).records()
+    side.write_text('["a",]')
+    with pytest.raises(TraceError, match=f"{side}:1:6: not valid JSON"):
+        T.open_trace(p).records()
+
+
 def test_npy_detected_by_magic_and_empty_files(tmp_path):
     p = tmp_path / "noext"
     with open(p, "wb") as f:

@@ -660,6 +660,62 @@ static void api_arguments(void)
     mc_free(sim);
 }
 
+/* issue 39: records offered after a call with last set took them all are refused (a second
+ * mc_feed(..., last=1) before mc_finish used to spin in the refresh steps for ever: the
+ * cursors had stopped at the end of the records); an empty call after it (a resume) is fine,
+ * and the run then finishes with the records of the first call */
+static void feed_after_last_is_refused(void)
+{
+    const char *policies[] = {"serial", "authority"};
+    for (int p = 0; p < 2; p++) {
+        char err[256];
+        mc_config k = hbm2(policies[p]);
+        mc_sim *sim = mc_new(&k, err, sizeof err);
+        mc_record r[2] = {{0, 0, 0, MC_READ, MC_HOST, 0}, {10, 0x40, 0, MC_WRITE, MC_PIM, 0}};
+        uint64_t consumed = 0;
+        int rc = mc_feed(sim, r, 2, 1, &consumed);
+        CHECK(rc == MC_OK && consumed == 2, "%s: first last feed rc %d", policies[p], rc);
+        CHECK(mc_feed(sim, NULL, 0, 1, &consumed) == MC_OK && consumed == 0,
+              "%s: empty feed after last: %s", policies[p], mc_error(sim));
+        for (int last = 0; last < 2; last++) {
+            consumed = 7;
+            rc = mc_feed(sim, r, 2, last, &consumed);
+            CHECK(rc == MC_ERR_ARG && consumed == 0 &&
+                      strstr(mc_error(sim), "after the last records"),
+                  "%s: feed (last %d) after last: rc %d %s", policies[p], last, rc, mc_error(sim));
+        }
+        CHECK(mc_finish(sim) == MC_OK, "%s: finish after the refused feed: %s", policies[p],
+              mc_error(sim));
+        mc_summary s;
+        mc_get_summary(sim, &s);
+        CHECK(s.requests == 2 && s.records == 2, "%s: %llu requests, %llu records", policies[p],
+              (unsigned long long)s.requests, (unsigned long long)s.records);
+        mc_free(sim);
+    }
+}
+
+/* issue 39: mc_decode of an address at or beyond the capacity is refused with a message (it
+ * returned MC_OK with the fields of the address's low bits) */
+static void decode_beyond_capacity(void)
+{
+    char err[256];
+    mc_config k = hbm2("authority");
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    const uint64_t cap = (uint64_t)64 << 27; /* 2^(6 + 15 + 2 + 2 + 3 + 5) bytes */
+    int64_t f[MC_F_COUNT], g[MC_F_COUNT];
+    for (int i = 0; i < MC_F_COUNT; i++) f[i] = g[i] = -7;
+    CHECK(mc_decode(sim, cap - 64, f) == MC_OK && f[MC_F_ROW] == 32767 && f[MC_F_COLUMN] == 31,
+          "last address: row %lld column %lld", (long long)f[MC_F_ROW], (long long)f[MC_F_COLUMN]);
+    const uint64_t bad[] = {cap, cap + 64, UINT64_MAX};
+    for (int i = 0; i < 3; i++) {
+        int rc = mc_decode(sim, bad[i], g);
+        CHECK(rc == MC_ERR_ARG && strstr(mc_error(sim), "beyond the capacity") && g[0] == -7,
+              "decode 0x%llx: rc %d %s", (unsigned long long)bad[i], rc, mc_error(sim));
+    }
+    CHECK(mc_decode(NULL, 0, f) == MC_ERR_ARG, "decode NULL sim");
+    mc_free(sim);
+}
+
 /* tWR near INT_MAX: the PIM precharge after a PIM write waits CWL + burst + tWR, summed in 64
  * bits (it came 20 cycles after the write when the int sum wrapped) */
 static void huge_twr_sums_in_64_bits(void)
@@ -855,6 +911,8 @@ int main(void)
     watchdog_reports_livelock();
     refused_configs();
     api_arguments();
+    feed_after_last_is_refused();
+    decode_beyond_capacity();
     huge_twr_sums_in_64_bits();
     random_configs();
     idle_gap_both_ways();

@@ -13,7 +13,8 @@ def register(subparsers) -> None:
         "memsim", help="replay a memory trace through the memctl DRAM model",
         description="Replay a trace (pimrt text, .npy, DRAMsim3, Ramulator 1 or 2 formats) "
                     "through memctl and report per-requestor and per-channel statistics.")
-    p.add_argument("trace", type=pathlib.Path, help="trace file")
+    p.add_argument("trace", type=pathlib.Path,
+                   help="trace file; '-' (standard input) or a FIFO for a text trace")
     p.add_argument("--format", default=None,
                    help="trace format: pimrt, npy, dramsim3, ramulator, ramulator_dram, "
                         "ramulator_rw, ramulator_cpu (default: detected)")
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
     p.add_argument("--pim-banks", default=None,
                    help="bank_partition: comma-separated bank indices (within a channel) of the PIM")
     p.add_argument("--set", action="append", default=[], metavar="TABLE.KEY=VALUE",
-                   help="override a part parameter, e.g. --set timing.tRP=16 (repeatable)")
+                   help="override a part parameter, e.g. --set timing.tCCD_L=4 (repeatable)")
     p.add_argument("--stats", type=pathlib.Path, default=None, help="write the stats as JSON")
     p.add_argument("--csv", type=pathlib.Path, default=None,
                    help="write per-channel, per-requestor stats as CSV")
@@ -93,8 +94,10 @@ def run(args) -> int:
     try:
         stats = run_trace(trace, part, opts, cmdlog=args.cmdlog,
                           progress=bar.update if bar is not None else None,
-                          where=str(args.trace))
+                          where=trace.display)
     except TraceError as exc:
+        if trace.stream is not None:   # (read once: no going back to find the line)
+            raise
         raise TraceError(record_to_line(str(exc), args.trace, trace.format)) from None
     finally:
         if bar is not None:
@@ -102,8 +105,8 @@ def run(args) -> int:
     if stats["requests"] == 0:
         what = ("holds no records (empty, or only comments)" if stats["records"] == 0 else
                 f"holds no requests (its {stats['records']} records are all markers)")
-        raise TraceError(f"{args.trace}: {what}: nothing to simulate")
-    stats["trace"] = str(args.trace)
+        raise TraceError(f"{trace.display}: {what}: nothing to simulate")
+    stats["trace"] = trace.display
     if args.stats:
         atomic_write_text(args.stats, json.dumps(stats, indent=2, allow_nan=False))
     if args.csv:
@@ -149,6 +152,9 @@ def record_to_line(message: str, path, fmt: str) -> str:
 
 def _check_trace_path(path: pathlib.Path, fmt: str | None) -> None:
     """The cases the trace readers would misname: a directory, a file that is not .npy."""
+    from pimrt.trace import is_stream
+    if is_stream(path):
+        return  # open_trace reads it as a stream (text formats) or says why not
     if path.is_dir():
         raise TraceError(f"{path}: is a directory, not a trace file")
     if not path.exists():

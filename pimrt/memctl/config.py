@@ -1,7 +1,7 @@
 """Memory part configuration: load, merge and validate a part's TOML file.
 
     part = load_part("hbm2")                       # a shipped part, by name or file stem
-    part = load_part("my_part.toml", overrides={"timing": {"tRP": 16}})
+    part = load_part("my_part.toml", overrides={"timing": {"tCCD_L": 4}})
     part.timing["tRCDRD"], part.request_bytes, part.address_fields()
     fields = decode_address(part, numpy_array_of_addresses)
 
@@ -371,8 +371,8 @@ def resolve_part_path(name_or_path: str | pathlib.Path) -> pathlib.Path:
 def load_part(name_or_path: str | pathlib.Path, overrides: Mapping | None = None) -> Part:
     """Load, merge (include, overrides) and validate a part.
 
-    overrides: {"timing": {"tRP": 16}}, or dotted keys {"timing.tRP": 16}, or bare keys
-    {"tRP": 16} when the key belongs to exactly one table. They win over the file."""
+    overrides: {"timing": {"tCCD_L": 4}}, or dotted keys {"timing.tCCD_L": 4}, or bare keys
+    {"tCCD_L": 4} when the key belongs to exactly one table. They win over the file."""
     path = resolve_part_path(name_or_path)
     merged, origin = _load_layers(path, [])
     if overrides:
@@ -576,14 +576,14 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
         fail("timing", "tRAS", f"tRAS ({timing['tRAS']}) is greater than tRC "
              f"({timing['tRC']})")
     if timing["tRC"] < timing["tRAS"] + timing["tRP"]:
-        # JEDEC: tRC = tRAS + tRP. A layer that changes tRAS or tRP alone (an override of tRP,
-        # an include) lifts the tRC it inherited (it never binds below tRAS + tRP: the same
-        # simulation); one layer that sets all three inconsistently is refused.
-        srcs = {origin.get(("timing", k)) for k in ("tRC", "tRAS", "tRP")}
-        if len(srcs) == 1:
-            fail("timing", "tRC", f"tRC ({timing['tRC']}) is less than tRAS + tRP = "
-                 f"{timing['tRAS']} + {timing['tRP']} = {timing['tRAS'] + timing['tRP']}")
-        timing["tRC"] = timing["tRAS"] + timing["tRP"]
+        # JEDEC: tRC >= tRAS + tRP, checked on the merged part whichever layer set each value
+        # (one file, an include, an override): a tRP raised alone needs its tRC raised too
+        src = origin.get(("timing", "tRC"))
+        others = [f"{k} from {_source(origin.get(('timing', k)), path)}" for k in ("tRAS", "tRP")
+                  if origin.get(("timing", k)) != src]
+        fail("timing", "tRC", f"tRC ({timing['tRC']}) is less than tRAS + tRP = "
+             f"{timing['tRAS']} + {timing['tRP']} = {timing['tRAS'] + timing['tRP']}"
+             + (f" ({', '.join(others)}); set tRC as well" if others else ""))
     for k in ("tRCDRD", "tRCDWR"):
         if timing["tRAS"] < timing[k]:
             fail("timing", "tRAS", f"tRAS ({timing['tRAS']}) is less than {k} "
@@ -704,6 +704,13 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
         power=ro(power) if power is not None else None,
         pim_energy=ro(pim_energy) if pim_energy is not None else None, _fields=tuple(fields),
     )
+
+
+def _source(src: str | None, path: pathlib.Path) -> str:
+    """Where a merged value came from, as an error names it."""
+    if src is None or src == str(path):
+        return pathlib.Path(path).name
+    return "the overrides" if src == "overrides" else pathlib.Path(src).name
 
 
 def _check_power(p: Mapping, timing: Mapping, fail) -> None:

@@ -222,6 +222,19 @@ class CommandLog:
                 pass            # run's own error is the one to report
 
 
+def _record_array(records, where: str) -> np.ndarray:
+    """records as a contiguous RECORD_DTYPE array; a TraceError for anything else (a list of
+    numbers would otherwise become records with every field set to each number)."""
+    dtype = _records.RECORD_DTYPE
+    if not isinstance(records, np.ndarray) or records.dtype.names != dtype.names \
+            or records.ndim != 1:
+        what = (f"a {records.ndim}-d array of dtype {records.dtype}"
+                if isinstance(records, np.ndarray) else f"a {type(records).__name__}")
+        raise TraceError(f"{where}: records must be a 1-d numpy array of RECORD_DTYPE "
+                         f"(pimrt.trace.records; fields {', '.join(dtype.names)}), not {what}")
+    return np.ascontiguousarray(records, dtype=dtype)
+
+
 def _write_error(name: str, exc: OSError):
     from pimrt.output import OutputError
     return OutputError(f"{name}: cannot write: {exc.strerror or exc}")
@@ -292,7 +305,7 @@ class Controller:
     def _feed(self, records: np.ndarray | None, last: bool, where: str) -> None:
         """Feed records (None: none) until the C model took them all."""
         if records is not None:
-            records = np.ascontiguousarray(records, dtype=_records.RECORD_DTYPE)
+            records = _record_array(records, where)
         n = len(records) if records is not None else 0
         consumed = ffi.new("uint64_t *")
         done = 0
@@ -328,6 +341,7 @@ class Controller:
         rc = lib.mc_run_text(self._sim, c_format, os.fsencode(path), capacity_bytes or 0, 0,
                              pos)
         self._drain()
+        self.text_reached = int(pos.offset), int(pos.line)   # where the C reader got to
         if rc == lib.MC_TEXT_STOPPED:
             return int(pos.offset), int(pos.line), int(pos.last_cycle), int(pos.last_line)
         self._check(rc, where)
@@ -353,8 +367,12 @@ class Controller:
         self.finished = True
 
     def decode(self, addr: int) -> dict[str, int]:
+        """The address's fields; a SimulationError for one beyond the part's capacity."""
+        if isinstance(addr, bool) or not isinstance(addr, (int, np.integer)) \
+                or not 0 <= addr < 2**64:
+            raise SimulationError(f"decode: address {addr!r} is not an integer in 0..2^64-1")
         out = ffi.new("int64_t[]", lib.MC_F_COUNT)
-        lib.mc_decode(self._sim, addr, out)
+        self._check(lib.mc_decode(self._sim, int(addr), out), "decode")
         return {name: int(out[code]) for name, code in _FIELD.items()}
 
     def stats(self, layer_names: list[str] | None = None) -> dict:
@@ -401,7 +419,9 @@ class Controller:
         start, end, nreq = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
         for i in self._ids(lib.mc_layer_count, lib.mc_layer_ids):
             lib.mc_layer_span(self._sim, i, start, end, nreq)
-            name = layer_names[i] if layer_names and i < len(layer_names) else str(i)
+            # (a layer beyond the names given: an .npy trace's id without a sidecar name)
+            name = (str(i) if layer_names is None else
+                    layer_names[i] if i < len(layer_names) else f"layer{i}")
             layers.append({"layer": i, "name": name, "start": int(start[0]), "end": int(end[0]),
                            "requests": int(nreq[0])})
         return {
@@ -517,6 +537,8 @@ def run_trace(chunks: Iterable[np.ndarray], part: Part | str, options: Options |
             # to Python a chunk; from where it stops (if it does) the Python reader goes on
             stop = ctl.feed_text(chunks.path, chunks.c_format, chunks.capacity_bytes, where)
             rest = chunks.resume(*stop) if stop is not None else ()
+            if stop is None:   # (a resumed pass checks the file at its end itself)
+                chunks.check_unchanged(ctl.text_reached)
         if isinstance(rest, tuple) and not rest:
             pass   # all fed (and numpy, lazy in pimrt memsim, may stay unloaded)
         else:

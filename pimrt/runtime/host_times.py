@@ -122,17 +122,8 @@ def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
     if not path.is_file():
         raise ConfigError(f"--host-times: no such file {path} (give 'model', 'measure' or a "
                           f"JSON file written by a measuring run)")
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") \
-            from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not a host-times file (JSON nested too deep)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    from pimrt.jsonfile import read_json
+    doc = read_json(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), list):
         raise ConfigError(f"{path}: expected an object with a 'kernels' list "
                           f"(format {FORMAT})")

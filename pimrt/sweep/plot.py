@@ -93,7 +93,7 @@ def _axes(root: pathlib.Path, columns: list[str]) -> list[str]:
     try:
         return [a for a in json.loads((root / "sweep.json").read_text())["axes"]
                 if a in columns]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return []
 
 

@@ -55,7 +55,7 @@ class Store:
             try:
                 old = json.loads(held.read_text())
                 old_hash, old_name = old["spec_hash"], old.get("name", "?")
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, RecursionError):
                 old, old_hash, old_name = {}, None, "unreadable"
             if old_hash != spec.hash and not force:
                 raise ConfigError(
@@ -103,13 +103,13 @@ class Store:
                 try:
                     self.rows[p.id] = self._row(p, "done", json.loads(summary.read_text()))
                     continue
-                except ValueError:
+                except (ValueError, RecursionError):
                     pass                              # half written: run it again
             if error.exists():
                 try:
                     e = json.loads(error.read_text())
                     self.rows[p.id] = self._row(p, "failed", {"error": e["error"]})
-                except (ValueError, KeyError, TypeError):
+                except (ValueError, KeyError, TypeError, RecursionError):
                     pass
         self.write_tables()                           # this spec's points only
 

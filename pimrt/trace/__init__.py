@@ -56,13 +56,18 @@ _SNIFF_BYTES = 1 << 16
 
 def detect_format(path) -> str:
     """The format of a trace file: by magic number / extension for binary formats, else by the
-    shape of its first data line (blank and `#` comment lines skipped)."""
-    path = pathlib.Path(path)
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_SNIFF_BYTES)
-    except OSError as exc:
-        raise tp.trace_error(str(path), None, None, f"cannot read: {exc.strerror}") from None
+    shape of its first data line (blank and `#` comment lines skipped). path may be a
+    tp.Stream (what it peeks at is read again by its reader)."""
+    if isinstance(path, tp.Stream):
+        head, display, path = path.peek(_SNIFF_BYTES), path.display, path.path
+    else:
+        path = pathlib.Path(path)
+        display = str(path)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(_SNIFF_BYTES)
+        except OSError as exc:
+            raise tp.trace_error(display, None, None, f"cannot read: {exc.strerror}") from None
     for mod in FORMATS.values():
         sniff_bytes = getattr(mod, "sniff_bytes", None)
         if sniff_bytes is not None and sniff_bytes(head):
@@ -81,7 +86,7 @@ def detect_format(path) -> str:
             sniff = getattr(mod, "sniff", None)
             if sniff is not None and sniff(toks):
                 return mod.NAME
-        raise tp.trace_error(str(path), i, None, f"cannot tell the trace format from "
+        raise tp.trace_error(display, i, None, f"cannot tell the trace format from "
                              f"{tp.show(raw.strip())}; give the format (one of "
                              f"{', '.join(FORMATS)})")
     return "pimrt"  # no data line: an empty trace in any text format
@@ -119,17 +124,23 @@ def rechunk(chunks: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
 
 
 class Trace:
-    """An open trace: iterate it for record chunks (each pass reads the file again)."""
+    """An open trace: iterate it for record chunks (each pass reads the file again; a stream,
+    standard input or a FIFO, is read once). A file that changes while it is read (its size,
+    modification time or inode not those open_trace saw) is a TraceError at the end of the
+    pass: its records may stop short of its end or mix two versions."""
 
     def __init__(self, path, format: str, chunk_records: int = 1 << 16,
-                 capacity_bytes: int | None = None, part=None):
+                 capacity_bytes: int | None = None, part=None, stream: tp.Stream | None = None):
         self.path = pathlib.Path(path)
         self.format = format
         self.chunk_records = int(chunk_records)
         self.capacity_bytes = capacity_bytes
         self.part = part
+        self.stream = stream
+        self.display = stream.display if stream is not None else str(self.path)
         self.layer_names: list[str] = []
         self._module = get_format(format)
+        self._opened = None if stream is not None else self._stat()
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return self._chunks()
@@ -137,8 +148,33 @@ class Trace:
     @property
     def c_format(self) -> int | None:
         """The format's MC_TEXT_* code where memctl's C reader reads it whole (mc_run_text),
-        else None."""
-        return tp.C_FORMATS.get(self.format)
+        else None (a stream goes through the Python reader, which reads it once)."""
+        return tp.C_FORMATS.get(self.format) if self.stream is None else None
+
+    def _stat(self):
+        import os
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns, st.st_ino
+
+    def check_unchanged(self, reached: tuple[int, int] | None = None) -> None:
+        """A TraceError if the file is not as open_trace found it; reached: where the
+        reading stopped (byte offset, number of the line or record there)."""
+        if self._opened is None:
+            return
+        now = self._stat()
+        if now == self._opened:
+            return
+        unit = "record" if getattr(self._module, "BINARY", False) else "line"
+        at = (f"; the reading stopped at byte {reached[0]:,} ({unit} {reached[1]:,})"
+              if reached else "")
+        held = "is gone" if now is None else f"{now[0]:,} bytes"
+        raise TraceError(f"{self.display}: the file changed while it was read "
+                         f"({self._opened[0]:,} bytes when opened, {held} now){at}: the records "
+                         f"read are not the whole trace (truncated or rewritten meanwhile); "
+                         f"read a file nothing writes to")
 
     def resume(self, offset: int, line: int, last_cycle: int, last_line: int
                ) -> Iterator[np.ndarray]:
@@ -148,16 +184,20 @@ class Trace:
 
     def _chunks(self, start=None, last=(0, 0)) -> Iterator[np.ndarray]:
         self.layer_names.clear()
-        state = tp.ReadState(path=self.path, display=str(self.path),
+        state = tp.ReadState(path=self.path, display=self.display,
                              layer_names=self.layer_names, capacity_bytes=self.capacity_bytes,
                              part=self.part, last_cycle=last[0], last_line=last[1])
         try:
-            chunks = self._module.read(self.path, state, self.chunk_records,
+            chunks = self._module.read(self.stream or self.path, state, self.chunk_records,
                                        **({"start": start} if start else {}))
             yield from rechunk(chunks, self.chunk_records)
         except OSError as exc:
-            raise tp.trace_error(str(self.path), None, None,
+            raise tp.trace_error(self.display, None, None,
                                  f"cannot read: {exc.strerror or exc}") from None
+        except TraceError:
+            self.check_unchanged(state.reached)   # (the cause, when the file changed)
+            raise
+        self.check_unchanged(state.reached)
 
     def records(self) -> np.ndarray:
         """Every record in one array (for small traces)."""
@@ -179,10 +219,43 @@ def open_trace(path, format: str | None = None, chunk_records: int = 1 << 16,
     path = pathlib.Path(path)
     if chunk_records < 1:
         raise ValueError("chunk_records must be positive")
-    if not path.is_file():
+    if is_stream(path):
+        display = "<stdin>" if str(path) == "-" else str(path)
+        fmt = None if format is None else get_format(format).NAME
+        stream = None
+        if fmt is None:
+            stream = tp.Stream(path, display)
+            fmt = detect_format(stream)
+        if getattr(FORMATS[fmt], "BINARY", False):
+            if stream is not None:
+                stream.__exit__()
+            raise TraceError(f"{display}: the {fmt} format is read from a file (its reader "
+                             f"seeks in it); standard input, a pipe or a FIFO can bring a "
+                             f"text trace only: write it to a file first")
+        return Trace(path, fmt, chunk_records, capacity_bytes, part,
+                     stream or tp.Stream(path, display))
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    if not path.exists():
         raise TraceError(f"{path}: no such trace file")
+    if not path.is_file():
+        raise TraceError(f"{path}: not a regular file, a pipe or a FIFO")
     fmt = detect_format(path) if format is None else get_format(format).NAME
     return Trace(path, fmt, chunk_records, capacity_bytes, part)
+
+
+def is_stream(path) -> bool:
+    """`-` (standard input), or a path to a pipe, FIFO or character device (/dev/stdin on a
+    pipe or a terminal): a trace read once, front to back."""
+    import os
+    import stat
+    if str(path) == "-":
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
 
 
 def _format_for_path(path: pathlib.Path) -> str:
@@ -233,4 +306,5 @@ __all__ = [
     "RECORD_DTYPE", "READ", "WRITE", "LAYER", "PARAM", "BARRIER", "HOST", "PIM", "OP_NAMES",
     "REQUESTOR_NAMES", "PARAM_IDS", "PARAM_NAMES", "FORMATS", "Trace", "open_trace",
     "detect_format", "write_trace", "open_writer", "read_records", "rechunk", "TraceError",
+    "is_stream",
 ]

@@ -53,6 +53,7 @@ class ReadState:
     last_cycle: int = 0               # arrival cycle of the last request read
     last_line: int = 0                # its line (or record) number, for the error message
     layer_index: dict = dataclasses.field(default_factory=dict)
+    reached: tuple = (0, 1)           # where reading got to: byte offset, number of its line
 
     def layer_id(self, name: str) -> int:
         i = self.layer_index.get(name)
@@ -148,20 +149,74 @@ def check_order(state: ReadState, cycle: int, line: int, unit: str = "") -> None
 
 
 # ---------------------------------------------------------------------------------------------
+# streams
+class Stream:
+    """A text trace that is not a regular file (`-`: standard input, /dev/stdin or a FIFO on a
+    pipe, a character device): read once, front to back, with no seeking. What format
+    detection peeks at stays in `head` and is read first."""
+
+    def __init__(self, path: pathlib.Path, display: str):
+        import sys
+        self.path, self.display = path, display
+        self.head = b""
+        self.taken = False
+        self._own = str(path) != "-"
+        try:
+            self.file = open(path, "rb") if self._own else sys.stdin.buffer
+        except OSError as exc:
+            raise trace_error(display, None, None, f"cannot read: {exc.strerror or exc}") \
+                from None
+
+    def peek(self, n: int) -> bytes:
+        while len(self.head) < n:
+            data = self.file.read(n - len(self.head))
+            if not data:
+                break
+            self.head += data
+        return self.head[:n]
+
+    def take(self) -> "Stream":
+        """The stream for its one reader; a second reader is refused."""
+        if self.taken:
+            raise trace_error(self.display, None, None, "a stream (standard input, a pipe or "
+                              "FIFO) can be read once; write the trace to a file to read it "
+                              "again")
+        self.taken = True
+        return self
+
+    def read(self, n: int) -> bytes:
+        if self.head:
+            data, self.head = self.head[:n], self.head[n:]
+            return data
+        return self.file.read(n)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._own:
+            self.file.close()
+
+
+# ---------------------------------------------------------------------------------------------
 # blocks and tokens
-def iter_blocks(path: pathlib.Path, display: str, block_bytes: int | None = None,
-                start: tuple[int, int] = (0, 1)) -> Iterator[tuple[int, bytes]]:
+def iter_blocks(path: "pathlib.Path | Stream", display: str, block_bytes: int | None = None,
+                start: tuple[int, int] = (0, 1), state: ReadState | None = None,
+                ) -> Iterator[tuple[int, bytes]]:
     """(number of the block's first line, 1-based; bytes of whole lines), from start: the
-    byte offset of a line and its number."""
+    byte offset of a line and its number. state.reached follows where the reading got to."""
     block_bytes = block_bytes or BLOCK_BYTES
-    line = start[1]
+    offset, line = start
     rest = b""
-    with open(path, "rb") as f:
-        f.seek(start[0])
+    with (path.take() if isinstance(path, Stream) else open(path, "rb")) as f:
+        if offset:
+            f.seek(offset)
         while True:
             data = f.read(block_bytes)
             if not data:
                 if rest:
+                    if state is not None:
+                        state.reached = (offset + len(rest), line + rest.count(b"\n"))
                     yield line, rest
                 return
             data = rest + data if rest else data
@@ -173,6 +228,9 @@ def iter_blocks(path: pathlib.Path, display: str, block_bytes: int | None = None
                 rest = data
                 continue
             block, rest = data[:cut + 1], data[cut + 1:]
+            offset += len(block)
+            if state is not None:
+                state.reached = (offset, line + block.count(b"\n"))
             yield line, block
             line += block.count(b"\n")
 
@@ -201,7 +259,7 @@ def read_text(path: pathlib.Path, state: ReadState, parse_line: LineParser,
               parse_fast: FastParser | None, block_bytes: int | None = None,
               ) -> Iterator[np.ndarray]:
     block_bytes = block_bytes or BLOCK_BYTES
-    for first_line, block in iter_blocks(path, state.display, block_bytes):
+    for first_line, block in iter_blocks(path, state.display, block_bytes, state=state):
         recs = None
         if parse_fast is not None:
             snap = state.snapshot()
@@ -265,7 +323,7 @@ def read_c_text(path: pathlib.Path, state: ReadState, fmt: str, parse_line: Line
     out, optr = fresh()
     filled = 0
     for first_line, block in iter_blocks(path, state.display, block_bytes or BLOCK_BYTES,
-                                         start):
+                                         start, state):
         text = ffi.from_buffer(block)
         pos, line = 0, first_line
         while pos < len(block):

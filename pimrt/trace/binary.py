@@ -17,6 +17,7 @@ import pathlib
 
 import numpy as np
 
+from pimrt.errors import TraceError
 from pimrt.trace import _textparse as tp
 from pimrt.trace import records as _records   # (RECORD_DTYPE: made on first use)
 from pimrt.trace.records import (LAST_OP, BARRIER, LAYER, OP_NAMES, PARAM, PARAM_NAMES,
@@ -37,6 +38,10 @@ def sniff_bytes(head: bytes) -> bool:
     return head.startswith(MAGIC)
 
 
+#: without a sidecar, Trace.layer_names holds made-up names for the layer ids below this
+MADE_UP_NAMES = 1 << 16
+
+
 def sidecar_path(path: pathlib.Path) -> pathlib.Path:
     return path.with_name(path.name + ".layers.json")
 
@@ -52,16 +57,22 @@ def read_layer_names(path: pathlib.Path, display: str) -> list[str] | None:
     side = _find_sidecar(path)
     if side is None:
         return None
-    try:
-        names = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise tp.trace_error(str(side), None, "layers", f"cannot read layer names: {exc}")
+    from pimrt.jsonfile import read_json
+
+    def error(msg: str) -> TraceError:
+        err = TraceError(f"{msg} (the layer names of {display})")
+        err.path, err.line, err.field = str(side), None, "layers"
+        return err
+    names = read_json(side, error)
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise tp.trace_error(str(side), None, "layers", "must be a JSON list of strings")
     return names
 
 
 def _open_array(path: pathlib.Path, display: str) -> np.ndarray:
+    """The file's records as a memory map, for its header (dtype, shape, offset) only: the
+    records are read through a file (read), as a map would end the process with SIGBUS at a
+    page the file lost after it was opened (truncated while read)."""
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -110,8 +121,12 @@ def validate_chunk(chunk: np.ndarray, first: int, state: tp.ReadState,
             i = np.flatnonzero(is_layer & (chunk["value"] >= len(state.layer_names)))[0]
             raise err(i, "layer", f"LAYER value {chunk['value'][i]} has no name in the "
                       f"sidecar ({len(state.layer_names)} names)")
-        while len(state.layer_names) <= top:  # no sidecar: names made up
-            state.layer_id(f"layer{len(state.layer_names)}")
+        if not names_known:   # no sidecar: layer N is "layerN", made up here for the ids
+            # below MADE_UP_NAMES (a list up to the largest id would grow with its value);
+            # the stats name a larger id the same way (Controller.stats)
+            small = vals[vals < MADE_UP_NAMES]
+            for n in range(len(state.layer_names), int(small.max()) + 1 if len(small) else 0):
+                state.layer_id(f"layer{n}")
     idx = np.flatnonzero(req)
     if len(idx):
         cyc = chunk["cycle"][idx]
@@ -140,10 +155,27 @@ def read(path: pathlib.Path, state: tp.ReadState, chunk_records: int = 1 << 16):
         for n in names:
             state.layer_names.append(n)
             state.layer_index.setdefault(n, len(state.layer_names) - 1)
-    for i in range(0, len(arr), chunk_records):
-        chunk = np.array(arr[i:i + chunk_records], dtype=_records.RECORD_DTYPE)
-        validate_chunk(chunk, i, state, names is not None)
-        yield chunk
+    count, dtype, offset = len(arr), arr.dtype, int(getattr(arr, "offset", 0))
+    del arr
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for i in range(0, count, chunk_records):
+            n = min(chunk_records, count - i)
+            buf = np.empty(n, dtype)   # (read straight into the records: one copy)
+            size = f.readinto(memoryview(buf).cast("B"))
+            while 0 < size < n * dtype.itemsize:   # (a short read before the end)
+                more = f.readinto(memoryview(buf).cast("B")[size:])
+                if not more:
+                    break
+                size += more
+            state.reached = (offset + i * dtype.itemsize + size, i + size // dtype.itemsize + 1)
+            if size < n * dtype.itemsize:
+                raise tp.trace_error(state, i + size // dtype.itemsize + 1, None, f"the file "
+                                     f"ends here, before the {count:,} records its header "
+                                     f"gives (truncated while it was read?)", unit="record ")
+            chunk = buf if dtype == _records.RECORD_DTYPE else buf.astype(_records.RECORD_DTYPE)
+            validate_chunk(chunk, i, state, names is not None)
+            yield chunk
 
 
 def count_records(path: pathlib.Path) -> int:
