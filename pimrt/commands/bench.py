@@ -14,6 +14,8 @@ def register(subparsers) -> None:
     sub.required = True
     for info in sorted(pkgutil.iter_modules(bench.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"pimrt.bench.{info.name}")
-        p = sub.add_parser(info.name, help=module.HELP, description=module.HELP)
+        # argparse %-formats a help string (not a description): a bare % in HELP is text
+        p = sub.add_parser(info.name, help=module.HELP.replace("%", "%%"),
+                           description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(func=module.run)
