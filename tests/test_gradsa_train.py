@@ -130,11 +130,42 @@ def test_checkpoint_write_is_atomic_and_keeps_the_last_good_one(tmp_path, monkey
     monkeypatch.undo()
     assert torch.equal(checkpoint.read(path)["w"], torch.arange(5))      # the last good one
     (tmp_path / "bad.pt").write_bytes(b"not a zip")
-    with pytest.raises(GradSAError, match=f"{tmp_path / 'bad.pt'} is not a readable checkpoint"):
+    with pytest.raises(GradSAError, match=f"{tmp_path / 'bad.pt'} is truncated or corrupt"):
         checkpoint.read(tmp_path / "bad.pt")
     torch.save({"format": 1}, tmp_path / "old.pt")
     with pytest.raises(GradSAError, match="old.pt has checkpoint format 1, expected 2"):
         checkpoint.read(tmp_path / "old.pt")
+
+
+class _RunsCode:
+    """Pickles as a call of os.system (posix.system): what a poisoned checkpoint holds."""
+    def __reduce__(self):
+        return os.system, ("echo this checkpoint ran code",)
+
+
+def test_a_bad_checkpoint_is_named_truncated_or_by_the_object_it_holds(tmp_path):
+    import torch
+    from pimrt.gradsa.errors import GradSAError
+    from pimrt.train import checkpoint
+    good = tmp_path / "good.pt"
+    checkpoint.write_atomic({"format": checkpoint.FORMAT, "w": torch.arange(3000.0)}, good)
+    whole = good.read_bytes()
+    # cut anywhere (past 4 KB torch said "[Errno 22] Invalid argument"), or a flipped byte
+    for n in (0, 7, 100, 4102, len(whole) // 2, len(whole) - 1):
+        cut = tmp_path / f"cut{n}.pt"
+        cut.write_bytes(whole[:n])
+        with pytest.raises(GradSAError, match=f"cannot resume: {cut} is truncated or corrupt"):
+            checkpoint.read(cut)
+    flipped = bytearray(whole)
+    flipped[whole.index(b"data.pkl") + 200] ^= 0xFF
+    (tmp_path / "flip.pt").write_bytes(bytes(flipped))
+    with pytest.raises(GradSAError, match="flip.pt is truncated or corrupt: .* fails its checksum"):
+        checkpoint.read(tmp_path / "flip.pt")
+    # torch 2.13's words for a blocked module: "Trying to load unsupported GLOBAL posix.system"
+    torch.save({"format": checkpoint.FORMAT, "x": _RunsCode()}, tmp_path / "poison.pt")
+    with pytest.raises(GradSAError, match=r"poison.pt is not loadable with torch.load\(weights_only=True\): "
+                                          r"it holds GLOBAL posix.system \(only tensors"):
+        checkpoint.read(tmp_path / "poison.pt")
 
 
 def _ranks_with_fault(tmp_path, world: int, fault: dict, timeout_s: int, limit_s: int):
