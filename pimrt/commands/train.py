@@ -15,4 +15,4 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from pimrt.train.loop import main
-    return main(list(args.argv))
+    return main(list(args.argv), name="pimrt train", prog="pimrt train")
