@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -43,6 +44,36 @@ def test_a_scheduler_that_does_not_answer_is_named_in_seconds(tmp_path, capsys):
         assert err == [f"pimrt sweep: error: --scheduler {address}: no Dask scheduler "
                        f"answered: nothing listens at 127.0.0.1:{port} (connection refused)"]
         assert not (tmp_path / "o").exists()
+
+
+def test_a_port_that_answers_but_not_as_dask_is_one_line(tmp_path, capsys):
+    """An HTTP server's first bytes read as a Dask frame of exabytes: MemoryError, a traceback."""
+    spec = tmp_path / "s.toml"
+    spec.write_text('[fixed]\nmodel = "resnet_cifar_20"\nbatch = 2\ninput = 32\n'
+                    '[grid]\npolicy = ["serial"]\n')
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        address = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+        held = []
+
+        def serve():
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = srv.accept()
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n" * 64)
+                    held.append(conn)
+        threading.Thread(target=serve, daemon=True).start()
+        started = time.perf_counter()
+        code = main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--scheduler", address,
+                     "--quiet"])
+        for conn in held:
+            conn.close()
+    assert code == 2 and time.perf_counter() - started < 10.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"pimrt sweep: error: --scheduler {address}: something answered, but not a Dask "
+        f"scheduler: it does not speak Dask's protocol ("), err
 
 
 @contextlib.contextmanager

@@ -194,7 +194,8 @@ class DaskExecutor:
         except Exception as exc:     # noqa: BLE001 - a port that speaks another protocol
             self._close_cluster()
             raise ConfigError(f"--scheduler {address}: something answered, but not a Dask "
-                              f"scheduler ({type(exc).__name__}: {_first_line(exc)})") from None
+                              f"scheduler: it does not speak Dask's protocol "
+                              f"({type(exc).__name__})") from None
         self.killed = distributed.KilledWorker
         self.removed: collections.deque = collections.deque()
         self.client.subscribe_topic("all", self._event)
