@@ -135,8 +135,8 @@ def probe(address: str, timeout: float) -> None:
     if timeout <= 0:
         raise ConfigError(f"--timeout must be > 0 seconds, got {timeout:g}")
     scheme, _, rest = address.partition("://")
-    if scheme not in ("tcp", "tls", "ws", "wss"):
-        return
+    if scheme not in ("tcp", "tls", "ws", "wss") or not ADDRESS.match(address):
+        return                       # local:N, or an address DaskExecutor refuses in words
     host, _, port = rest.rstrip("/").partition(":")
     limit = min(timeout, CONNECT_S)
     try:

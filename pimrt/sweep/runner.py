@@ -117,6 +117,7 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False,
         deaths = ex.deaths([*inflight, *finished.values()], settle)
         if not deaths:
             return
+
         def named(k):
             return tasks[k].words() if tasks[k].kind == "point" else f"the {tasks[k].words()}"
         words = {h: named(k) for h, (k, _) in inflight.items()}

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from pimrt.gradsa import registry
 from pimrt.errors import PimrtError
+from pimrt.gradsa import registry
 from pimrt.gradsa.errors import GradSAError
 from pimrt.memory_meter import MemoryMeter
 from pimrt.train import checkpoint, cli, data, distenv, managers
