@@ -106,6 +106,15 @@ def validate(args) -> None:
     check_out(args)
 
 
+#: options that say how a run is started, not what it computes: left out of summary.json's args
+RUN_ONLY = ("resume", "force", "no_progress")
+
+
+def recorded(args) -> dict:
+    """The options summary.json records (and `pimrt bench gradsa --reuse` compares)."""
+    return {k: v for k, v in vars(args).items() if k not in RUN_ONLY}
+
+
 #: the files of a run in --out (pimrt/train/loop.py writes them)
 RUN_FILES = ("metrics.csv", "summary.json", "checkpoint-rank*.pt")
 

@@ -283,7 +283,7 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
         "mean_step_time_s": sum(step_times) / len(step_times) if step_times else None,
         "wall_s": time.perf_counter() - t_start, "params_digest": digest,
         "params_identical": len(set(digests)) == 1,
-        "args": {k: v for k, v in vars(args).items() if k not in ("resume", "force", "no_progress")},
+        "args": cli.recorded(args),
         "index_codec_use": dict(getattr(getattr(state, "fmt", None), "index_use", {}) or {}),
         # the memory meter over one step (rank 0's; every rank's in memory_all_ranks)
         "memory": memory, "memory_all_ranks": memories,
