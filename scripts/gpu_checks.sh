@@ -40,7 +40,7 @@ timeout 300 python3 -m pimrt bench layrub --models resnet50,resnet101,resnet152,
 
 step "GradSA on NCCL, one rank (issue 6)"
 timeout 180 torchrun --standalone --nproc-per-node 1 -m pimrt.train --model tinycnn \
-    --compressor gradsa --epochs 1 --device cuda --out "$OUT/gradsa_nccl" 2>&1 \
+    --compressor gradsa --epochs 1 --device cuda --out "$OUT/gradsa_nccl" --force 2>&1 \
     | tail -25 | tee "$OUT/gradsa.txt" || status=1
 
 step "Host kernel times on the GPU (issue 4), for pimrt run --host-times FILE on the CPU machine"

@@ -35,3 +35,15 @@ def test_scale_counts_the_ring_per_rank_and_in_total(tmp_path, capsys):
 def test_scale_must_list_rank_counts(tmp_path):
     with pytest.raises(PimrtError, match=r"--scale must list rank counts >= 1, got 'x' in '2,x'"):
         bench.run(_args(tmp_path, "2,x"))
+
+
+def test_a_second_run_trains_over_the_first_and_reuse_finds_it(tmp_path, capsys):
+    """pimrt train refuses an --out that holds a run: the bench starts its runs with --force, and
+    --reuse compares the options summary.json records (pimrt.train.cli.recorded)."""
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    argv = ["--quick", "--max-steps", "2", "--compressors", "dense", "--out", str(tmp_path / "runs")]
+    for extra, said in (([], "dense: training"), ([], "dense: training"), (["--reuse"], "dense: reusing")):
+        assert bench.run(p.parse_args(argv + extra)) == 0
+        out = capsys.readouterr().out
+        assert said in out and "FAILED" not in out, out

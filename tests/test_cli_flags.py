@@ -106,8 +106,7 @@ def test_old_spellings_parse_in_train():
     assert "(default: 32)" in help_text
 
 
-def test_train_usage_names_the_command_typed(capsys, monkeypatch):
-    monkeypatch.setattr(train_cli, "PROG", train_cli.PROG)   # restored after the test
+def test_train_usage_names_the_command_typed(capsys):
     assert train_cli.build_parser().format_usage().startswith("usage: python -m pimrt.train ")
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])

@@ -34,7 +34,7 @@ def test_fuzz_case(case, tmp_path, capsys):
 def test_corpus_covers_every_kind():
     kinds = {c["id"].split("_")[0] for c in CASES}
     assert {"part", "trace", "host", "model", "out"} <= kinds
-    for sub in ("parts", "traces", "host_times", "models"):
+    for sub in ("parts", "traces", "host_times", "models", "train", "sweeps"):
         used = {p.name for p in (FUZZ / sub).iterdir()} - {"base_hbm2.toml"}
         named = {n for c in CASES for a in c["argv"] for n in used if a.endswith(f"{sub}/{n}")
                  or f"{sub}/{n}:" in a}

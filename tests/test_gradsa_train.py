@@ -130,11 +130,42 @@ def test_checkpoint_write_is_atomic_and_keeps_the_last_good_one(tmp_path, monkey
     monkeypatch.undo()
     assert torch.equal(checkpoint.read(path)["w"], torch.arange(5))      # the last good one
     (tmp_path / "bad.pt").write_bytes(b"not a zip")
-    with pytest.raises(GradSAError, match=f"{tmp_path / 'bad.pt'} is not a readable checkpoint"):
+    with pytest.raises(GradSAError, match=f"{tmp_path / 'bad.pt'} is truncated or corrupt"):
         checkpoint.read(tmp_path / "bad.pt")
     torch.save({"format": 1}, tmp_path / "old.pt")
     with pytest.raises(GradSAError, match="old.pt has checkpoint format 1, expected 2"):
         checkpoint.read(tmp_path / "old.pt")
+
+
+class _RunsCode:
+    """Pickles as a call of os.system (posix.system): what a poisoned checkpoint holds."""
+    def __reduce__(self):
+        return os.system, ("echo this checkpoint ran code",)
+
+
+def test_a_bad_checkpoint_is_named_truncated_or_by_the_object_it_holds(tmp_path):
+    import torch
+    from pimrt.gradsa.errors import GradSAError
+    from pimrt.train import checkpoint
+    good = tmp_path / "good.pt"
+    checkpoint.write_atomic({"format": checkpoint.FORMAT, "w": torch.arange(3000.0)}, good)
+    whole = good.read_bytes()
+    # cut anywhere (past 4 KB torch said "[Errno 22] Invalid argument"), or a flipped byte
+    for n in (0, 7, 100, 4102, len(whole) // 2, len(whole) - 1):
+        cut = tmp_path / f"cut{n}.pt"
+        cut.write_bytes(whole[:n])
+        with pytest.raises(GradSAError, match=f"cannot resume: {cut} is truncated or corrupt"):
+            checkpoint.read(cut)
+    flipped = bytearray(whole)
+    flipped[whole.index(b"data.pkl") + 200] ^= 0xFF
+    (tmp_path / "flip.pt").write_bytes(bytes(flipped))
+    with pytest.raises(GradSAError, match="flip.pt is truncated or corrupt: .* fails its checksum"):
+        checkpoint.read(tmp_path / "flip.pt")
+    # torch 2.13's words for a blocked module: "Trying to load unsupported GLOBAL posix.system"
+    torch.save({"format": checkpoint.FORMAT, "x": _RunsCode()}, tmp_path / "poison.pt")
+    with pytest.raises(GradSAError, match=r"poison.pt is not loadable with torch.load\(weights_only=True\): "
+                                          r"it holds GLOBAL posix.system \(only tensors"):
+        checkpoint.read(tmp_path / "poison.pt")
 
 
 def _ranks_with_fault(tmp_path, world: int, fault: dict, timeout_s: int, limit_s: int):
@@ -204,3 +235,63 @@ def test_dgc_trains_with_its_own_recipe(tmp_path):
     assert dens[0] == 0.4 and dens[0] > dens[1] > dens[2] > dens[3] > dens[4] == 0.05   # density warm-up
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["args"]["lr_warmup_steps"] == 4
+
+
+SMALL = ["--model", "tinycnn", "--image-size", "8", "--batch-size", "128", "--density", "0.05",
+         "--warmup-steps", "5"]
+
+
+def test_an_out_holding_a_run_is_refused_and_a_resume_that_changes_the_schedule_warns(tmp_path):
+    out = tmp_path / "run"
+    r = _train(*SMALL, "--max-steps", "2", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    held = {f.name: f.read_bytes() for f in out.iterdir()}
+    # the same command again: refused in one line, nothing of the run overwritten
+    r = _train(*SMALL, "--max-steps", "2", "--out", str(out))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert (f"pimrt.train: error: --out {out} holds a run (checkpoint-rank0.pt, metrics.csv, summary.json): "
+            f"give --resume to continue it, --force to start over in it") in r.stderr
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == held
+    # a resume that lengthens the cosine schedule says so, with the rate it now takes
+    r = _train(*SMALL, "--max-steps", "4", "--out", str(out), "--resume")
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warned) == 1, r.stderr
+    rate = next(row["lr"] for row in csv.DictReader(open(out / "metrics.csv")) if row["step"] == "3")
+    assert warned[0] == ("pimrt.train: warning: this resume changes the learning-rate schedule (steps of the "
+                         f"schedule (--epochs, --max-steps) 2 -> 4): the rate at step 3 becomes {float(rate):.4g} "
+                         "(the checkpoint's schedule: 0)"), warned
+    # a resume on the same schedule says nothing; --force starts over
+    r = _train(*SMALL, "--max-steps", "4", "--epochs", "1", "--out", str(out), "--resume")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    r = _train(*SMALL, "--max-steps", "1", "--out", str(out), "--force")
+    assert r.returncode == 0, r.stderr
+    assert [s for s, _ in _losses(out)] == [1]
+
+
+def test_pimrt_train_takes_a_model_file_and_reports_the_manager_s_memory(tmp_path):
+    (tmp_path / "mine.py").write_text(
+        "from torch import nn\n\n"
+        "class Net(nn.Sequential):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),\n"
+        "                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))\n")
+    for model, manager in ((f"{tmp_path / 'mine.py'}:Net", "layrub"), ("tinycnn", "laysa")):
+        out = tmp_path / manager
+        r = subprocess.run([PY, "-m", "pimrt", "train", "--no-progress", *SMALL[2:], "--model", model,
+                            "--manager", manager, "--max-steps", "3", "--out", str(out)], cwd=ROOT,
+                           env=_env(), capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+        memory = json.loads((out / "summary.json").read_text())["memory"]
+        # the managers' one yardstick (pimrt.memory_meter) over the run's second step
+        assert memory["manager"] == manager and memory["step"] == 2
+        assert memory["device_peak_bytes"] > 0 and memory["host_peak_bytes"] > 0   # Layrub's host pool
+        last = r.stdout.strip().splitlines()[-1]
+        assert last.endswith(f"memory ({manager}, step 2): device peak "
+                             f"{memory['device_peak_bytes'] / 2**20:.2f} MiB, "
+                             f"host {memory['host_peak_bytes'] / 2**20:.2f} MiB"), last
+    r = subprocess.run([PY, "-m", "pimrt", "train", "--model", f"{tmp_path / 'mine.py'}:Nett",
+                        "--out", str(tmp_path / "x")], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("pimrt train: error: model ") \
+        and "has no 'Nett' (it has: Net)" in r.stderr, r.stderr

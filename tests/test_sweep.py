@@ -282,3 +282,30 @@ def test_results_parquet_holds_the_same_rows(swept):
     for t, c in zip(table, csv_rows):
         assert t["step_ms"] == float(c["step_ms"]) and t["policy"] == c["policy"]
         assert t["set.pim.lanes"] == int(c["set.pim.lanes"])
+
+
+def test_where_repeated_on_one_axis_is_or_and_across_axes_is_and(tmp_path, capsys):
+    root = tmp_path / "res"
+    root.mkdir()
+    (root / "sweep.json").write_text(json.dumps({"axes": ["model", "policy"]}))
+    with open(root / "results.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["status", "model", "policy", "step_ms"])
+        for i, (m, p) in enumerate([(m, p) for m in ("a", "b") for p in ("serial", "authority",
+                                                                          "bank_partition")]):
+            w.writerow(["done", m, p, 10 + i])
+    assert main(["sweep", str(root), "--plot", "policy", "--y", "step_ms", "--where",
+                 "policy=serial", "--where", "policy=authority", "--png",
+                 str(tmp_path / "p.png")]) == 0
+    assert capsys.readouterr().out.strip() == \
+        f"wrote {tmp_path / 'p.png'} (each mark the mean over model)"
+    assert main(["sweep", str(root), "--plot", "policy", "--y", "step_ms", "--where", "model=a",
+                 "--where", "policy=fifo", "--where", "policy=lifo"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "pimrt sweep: error: --where policy=fifo --where policy=lifo: no finished point has "
+        "policy = fifo or lifo among those with model = a")
+    from pimrt.sweep.plot import select
+    from pimrt.sweep.store import read_rows
+    rows = read_rows(root)
+    kept = select(rows, ["policy=serial", "model=a", "policy=authority"], root, [])
+    assert [(r["model"], r["policy"]) for r in kept] == [("a", "serial"), ("a", "authority")]

@@ -66,6 +66,9 @@ class Scripted:
     def release(self, h):
         pass
 
+    def deaths(self, handles, settle=1.0):
+        return []
+
     def close(self, cancel=False):
         pass
 
@@ -152,6 +155,9 @@ class Inline:
 
     def release(self, h):
         pass
+
+    def deaths(self, handles, settle=1.0):
+        return []
 
     def close(self, cancel=False):
         pass

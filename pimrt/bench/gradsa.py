@@ -77,7 +77,7 @@ def _train_args(args, compressor: str, out: Path) -> list[str]:
             "--warmup-steps", str(args.warmup_steps), "--warmup-start-density", str(args.warmup_start_density),
             "--value-codec", args.value_codec, "--index-codec", args.index_codec,
             "--powersgd-rank", str(args.powersgd_rank), "--seed", str(args.seed), "--timeout", str(args.timeout),
-            "--out", str(out), "--no-progress"]
+            "--out", str(out), "--no-progress", "--force"]     # a run again: over the last one
 
 
 def _launch(args, compressor: str, out: Path) -> tuple[int, float]:
@@ -234,8 +234,7 @@ def _run_all(args, names, out: Path, t_compute: float, ranks: int) -> tuple[list
     for i, name in enumerate(names, 1):
         run_dir = out / name
         summary = run_dir / "summary.json"
-        want = vars(cli.build_parser().parse_args(_train_args(args, name, run_dir)))
-        want = {k: v for k, v in want.items() if k not in ("resume", "no_progress")}
+        want = cli.recorded(cli.parse(_train_args(args, name, run_dir)))
         wall = 0.0
         if args.reuse and summary.is_file() and json.loads(summary.read_text()).get("args") == want:
             print(f"[{i}/{len(names)}] {name}: reusing {summary}", flush=True)

@@ -80,6 +80,9 @@ def run(args) -> int:
                           "workers run the points")
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.scheduler and not args.dry_run:
+        from pimrt.sweep.executors import probe
+        probe(args.scheduler, args.timeout)           # an unreachable one: in seconds, first
     from pimrt.sweep import spec as specs
     from pimrt.sweep.check import check_points
     spec = specs.load(src, None if args.yes else LIMIT)

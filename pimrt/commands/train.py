@@ -14,7 +14,5 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from pimrt.train import cli
     from pimrt.train.loop import main
-    cli.PROG = "pimrt train"              # its usage and errors name the command typed
-    return main(list(args.argv))
+    return main(list(args.argv), name="pimrt train", prog="pimrt train")

@@ -3,19 +3,24 @@ spawned so no torch state is forked) or a Dask cluster (`--scheduler tcp://HOST:
 `local:N` for a LocalCluster of N one-thread workers). Both give the runner the same calls:
 slots() (tasks to keep in flight), submit(kind, options, needs) with `needs` the finished
 handles of the tasks it takes results from ({kind: handle}), wait(handles, seconds),
-outcome(handle) -> ("ok", result) | ("lost", why) | ("error", why), and release(handle) when
-no task needs a result any more. Locally a task's inputs go through the client (the results of
-its baselines, kept there until their last point is sent); on Dask they are the baselines'
-futures, so the scheduler moves them between workers and runs the point where they are.
+outcome(handle) -> ("ok", result) | ("lost", why) | ("error", why), release(handle) when
+no task needs a result any more, and deaths(handles, settle): the workers that died under
+them.
+Locally a task's inputs go through the client (the results of its baselines, kept there until
+their last point is sent); on Dask they are the baselines' futures, so the scheduler moves them
+between workers and runs the point where they are.
 "lost" is a worker that died under the task: the runner submits it once more; Dask retries
 such a task itself on another worker (its scheduler's distributed.scheduler.allowed-failures;
 a LocalCluster is given 1) and then reports it lost for good, and recomputes a finished
-baseline whose worker died before its points ran."""
+baseline whose worker died before its points ran; deaths() tells the runner of each worker that
+died under its tasks (the scheduler's remove-worker events), so the user hears of it."""
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import re
 import sys
+import time
 
 from pimrt.errors import ConfigError
 
@@ -86,6 +91,9 @@ class LocalExecutor:
     def release(self, handle) -> None:
         pass                         # the client's reference is all there is
 
+    def deaths(self, handles, settle: float = 1.0) -> list:
+        return []                    # a dead process breaks the pool: every task comes back lost
+
     def wait(self, handles, seconds: float):
         done, _ = cf.wait(handles, timeout=seconds, return_when=cf.FIRST_COMPLETED)
         return done
@@ -115,6 +123,35 @@ class LocalExecutor:
 
 
 ADDRESS = re.compile(r"^(tcp|tls|ws|wss|inproc|ucx)://[^\s/:]+(:\d+)?/?$")
+CONNECT_S = 3.0                  # a scheduler's host and port answer a TCP connect within this
+DASK_PORT = 8786                 # dask's default scheduler port
+
+
+def probe(address: str, timeout: float) -> None:
+    """ConfigError in one line unless something accepts a TCP connection at a tcp/tls/ws(s)
+    address within min(timeout, CONNECT_S) seconds: a refused port fails at once, an
+    unreachable host in seconds (Dask's own connect retries until its timeout and beyond)."""
+    import socket
+    if timeout <= 0:
+        raise ConfigError(f"--timeout must be > 0 seconds, got {timeout:g}")
+    scheme, _, rest = address.partition("://")
+    if scheme not in ("tcp", "tls", "ws", "wss") or not ADDRESS.match(address):
+        return                       # local:N, or an address DaskExecutor refuses in words
+    host, _, port = rest.rstrip("/").partition(":")
+    limit = min(timeout, CONNECT_S)
+    try:
+        socket.create_connection((host, int(port or DASK_PORT)), timeout=limit).close()
+    except socket.gaierror as exc:
+        why = f"unknown host {host!r} ({exc.strerror})"
+    except ConnectionRefusedError:
+        why = f"nothing listens at {host}:{port or DASK_PORT} (connection refused)"
+    except TimeoutError:
+        why = f"{host}:{port or DASK_PORT} did not answer a connect within {limit:g} s"
+    except OSError as exc:
+        why = f"cannot connect to {host}:{port or DASK_PORT} ({exc.strerror or exc})"
+    else:
+        return
+    raise ConfigError(f"--scheduler {address}: no Dask scheduler answered: {why}")
 
 
 class DaskExecutor:
@@ -146,13 +183,46 @@ class DaskExecutor:
         else:
             raise ConfigError(f"--scheduler {address!r}: expected a scheduler's address "
                               f"(tcp://HOST:PORT) or local:N")
+        if self.cluster is None:
+            probe(address, timeout)
         try:
             self.client = distributed.Client(target, timeout=timeout)
         except (OSError, TimeoutError) as exc:
             self._close_cluster()
             raise ConfigError(f"--scheduler {address}: no Dask scheduler answered within "
                               f"{timeout:g} s ({_first_line(exc)})") from None
+        except Exception as exc:     # noqa: BLE001 - a port that speaks another protocol
+            self._close_cluster()
+            raise ConfigError(f"--scheduler {address}: something answered, but not a Dask "
+                              f"scheduler: it does not speak Dask's protocol "
+                              f"({type(exc).__name__})") from None
         self.killed = distributed.KilledWorker
+        self.removed: collections.deque = collections.deque()
+        self.client.subscribe_topic("all", self._event)
+
+    def _event(self, event) -> None:
+        """The scheduler's events (on the client's thread): a worker that died, not one that
+        was closed, with the keys it was running and the results only it held."""
+        msg = event[1] if isinstance(event, tuple) else event
+        if isinstance(msg, dict) and msg.get("action") == "remove-worker" \
+                and not msg.get("expected"):
+            self.removed.append((time.monotonic(), msg.get("worker"),
+                                 set(msg.get("processing-tasks") or ()),
+                                 set(msg.get("lost-computed-tasks") or ())))
+
+    def deaths(self, handles, settle: float = 1.0) -> list:
+        """[(worker, [(future, rescheduled)], [finished future recomputed])] for each worker
+        that died under these futures at least `settle` seconds ago (by then the scheduler
+        has said whether it gave a task up: allowed-failures)."""
+        found = []
+        mine = {h.key: h for h in handles}
+        while self.removed and time.monotonic() - self.removed[0][0] >= settle:
+            _, worker, running, lost = self.removed.popleft()
+            ours = [(mine[k], mine[k].status != "error") for k in running if k in mine]
+            redo = [mine[k] for k in lost if k in mine and k not in running]
+            if ours or redo:
+                found.append((worker, ours, redo))
+        return found
 
     def slots(self) -> int:
         return max(1, sum(self.client.nthreads().values()))

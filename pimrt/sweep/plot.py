@@ -1,7 +1,8 @@
 """`pimrt sweep DIR --plot X --y Y --by Z`: a column of results.csv (a speedup, the step time,
 energy once summary.json has it: any number of a point's summary) against an axis, a line per
 value of another axis. Points that differ in other axes too are averaged, and the title says
-over which; --where AXIS=VALUE keeps only some points."""
+over which; --where AXIS=VALUE keeps only some points (one axis repeated: any of its values;
+different axes: all of them)."""
 from __future__ import annotations
 
 import difflib
@@ -26,14 +27,7 @@ def plot(root, x: str, y: str, by: str | None, where: list[str], png=None):
             raise ConfigError(f"{what} {name!r}: not a column of {root / 'results.csv'}"
                               + (f"; did you mean {hint[0]!r}?" if hint else "")
                               + f" (axes: {', '.join(axes) or 'none'})")
-    for cond in where:
-        key, eq, value = cond.partition("=")
-        if not eq or key not in columns:
-            raise ConfigError(f"--where {cond!r}: expected AXIS=VALUE with an axis of "
-                              f"{root / 'results.csv'} ({', '.join(axes)})")
-        rows = [r for r in rows if str(r[key]) == value]
-        if not rows:
-            raise ConfigError(f"--where {cond!r}: no finished point has {key} = {value}")
+    rows = select(rows, where, root, axes)
     if not all(isinstance(r[y], (int, float)) and not isinstance(r[y], bool) for r in rows):
         bad = next(r[y] for r in rows if not isinstance(r[y], (int, float)))
         raise ConfigError(f"--y {y}: not a number in every point (e.g. {bad!r})")
@@ -75,7 +69,7 @@ def plot(root, x: str, y: str, by: str | None, where: list[str], png=None):
     if others:
         title += f"\n(mean over {', '.join(others)})"
     if where:
-        title += f"\n{', '.join(where)}"
+        title += "\n" + " and ".join(f"{k} = {' or '.join(v)}" for k, v in _wanted(where).items())
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     if png is None:
@@ -86,6 +80,34 @@ def plot(root, x: str, y: str, by: str | None, where: list[str], png=None):
     atomic_savefig(fig, png, dpi=110)
     plt.close(fig)
     return png, others
+
+
+def select(rows: list[dict], where: list[str], root, axes: list[str]) -> list[dict]:
+    """The rows --where AXIS=VALUE keeps: an axis named more than once keeps any of its values
+    (OR), different axes must all hold (AND)."""
+    for cond in where:
+        key, eq, _ = cond.partition("=")
+        if not eq or not rows or key not in rows[0]:
+            raise ConfigError(f"--where {cond!r}: expected AXIS=VALUE with an axis of "
+                              f"{pathlib.Path(root) / 'results.csv'} ({', '.join(axes)})")
+    done: list = []
+    for key, values in _wanted(where).items():
+        rows = [r for r in rows if str(r[key]) in values]
+        if not rows:
+            said = " ".join(f"--where {key}={v}" for v in values)
+            raise ConfigError(f"{said}: no finished point has {key} = {' or '.join(values)}"
+                              + (f" among those with {' and '.join(done)}" if done else ""))
+        done.append(f"{key} = {' or '.join(values)}")
+    return rows
+
+
+def _wanted(where: list[str]) -> dict:
+    """{axis: [values]} of --where AXIS=VALUE, in the order given."""
+    wanted: dict = {}
+    for cond in where:
+        key, _, value = cond.partition("=")
+        wanted.setdefault(key, []).append(value)
+    return wanted
 
 
 def _axes(root: pathlib.Path, columns: list[str]) -> list[str]:

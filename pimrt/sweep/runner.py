@@ -111,6 +111,30 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False,
     def fail(key: str, why: str):
         record(key, {"ok": False, "error": why, "detail": why})
 
+    def tell_deaths(settle: float = 1.0):
+        """A worker that died under this sweep's tasks, in one line (Dask's scheduler reruns
+        them itself; the user hears of it here, not only from a failure)."""
+        deaths = ex.deaths([*inflight, *finished.values()], settle)
+        if not deaths:
+            return
+
+        def named(k):
+            return tasks[k].words() if tasks[k].kind == "point" else f"the {tasks[k].words()}"
+        words = {h: named(k) for h, (k, _) in inflight.items()}
+        words.update((h, named(k)) for k, h in finished.items())
+        for worker, running, recomputed in deaths:
+            again = [words[h] for h, rescheduled in running if rescheduled]
+            given_up = [words[h] for h, rescheduled in running if not rescheduled]
+            parts = [f"running {_and(again)}, which the scheduler runs again on another "
+                     f"worker"] if again else []
+            if given_up:
+                parts.append(f"running {_and(given_up)}, which Dask gives up on "
+                             f"(allowed-failures)")
+            if recomputed:
+                parts.append(f"holding the result of {_and([words[h] for h in recomputed])}, "
+                             f"which the scheduler computes again")
+            bar.write(f"sweep: Dask worker {worker} died {'; '.join(parts)}", file=sys.stderr)
+
     def next_task():
         for queue in (ready_points, ready):
             while queue:
@@ -137,7 +161,9 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False,
             show()
             if not inflight:
                 continue
-            for h in ex.wait(list(inflight), 1.0):
+            done = ex.wait(list(inflight), 1.0)
+            tell_deaths()
+            for h in done:
                 key, lost = inflight.pop(h)
                 kind, payload = ex.outcome(h)
                 if kind == "ok":
@@ -158,6 +184,7 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False,
         result.interrupted = True
         ex.close(cancel=True)
     else:
+        tell_deaths(0.0)             # what came in the last second
         ex.close()
     finally:
         bar.close()
@@ -187,6 +214,10 @@ def report(result: Outcome, store, started: float) -> str:
                  + (", results.parquet" if (store.root / "results.parquet").exists() else "")
                  + f"; each point's folder in {store.root / 'points'}")
     return "\n".join(lines)
+
+
+def _and(names: list) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _n(count: int) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import torch
@@ -71,19 +72,33 @@ def check_model(saved: dict, model) -> None:
                               f"is in the model but not in the checkpoint")
 
 
+#: torch's words for a pickled object weights_only refuses: "Unsupported global: GLOBAL
+#: argparse.Namespace was not an allowed global" and (a blocked module, torch 2.13) "Trying to
+#: load unsupported GLOBAL posix.system whose module posix is blocked"
+REFUSED_GLOBAL = re.compile(r"[Uu]nsupported (?:global: )?(GLOBAL [\w.]+)")
+
+
 def read(path: Path) -> dict:
-    """The blob of a checkpoint file, read with weights_only=True; GradSAError naming the file."""
+    """The blob of a checkpoint file, read with weights_only=True; GradSAError naming the file:
+    the pickled object it refuses, or that the file is truncated or corrupt."""
     path = Path(path)
     if not path.is_file():
         raise GradSAError(f"cannot resume: no checkpoint {path}")
+    if zipfile.is_zipfile(path):         # torch.load checks no checksum: a flipped bit loads
+        broken = _broken_archive(path)
+        if broken:
+            raise GradSAError(f"cannot resume: {path} is truncated or corrupt: {broken}")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         text = str(exc)
-        found = re.search(r"Unsupported global: (GLOBAL \S+)", text)
+        found = REFUSED_GLOBAL.search(text)
         if found:
             raise GradSAError(f"cannot resume: {path} is not loadable with torch.load(weights_only=True): it "
                               f"holds {found.group(1)} (only tensors and plain types are trusted)") from None
+        broken = _broken_archive(path)
+        if broken:
+            raise GradSAError(f"cannot resume: {path} is truncated or corrupt: {broken}") from None
         detail = re.search(r"WeightsUnpickler error: \s*([^\n]+)", text)
         first = detail.group(1) if detail else (text.strip().splitlines() or [type(exc).__name__])[0]
         raise GradSAError(f"cannot resume: {path} is not a readable checkpoint: {first}") from None
@@ -91,6 +106,22 @@ def read(path: Path) -> dict:
         got = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
         raise GradSAError(f"cannot resume: {path} has checkpoint format {got}, expected {FORMAT}")
     return blob
+
+
+def _broken_archive(path: Path) -> str | None:
+    """What is wrong with a file torch.save wrote (a zip archive) that torch.load could not read,
+    in words; None when the archive is whole (its fault is elsewhere)."""
+    size = path.stat().st_size
+    if size == 0:
+        return "it is empty"
+    if not zipfile.is_zipfile(path):
+        return f"{size} bytes, without the end of a torch.save archive (its zip directory)"
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        return f"its archive cannot be read ({exc})"
+    return f"{bad} in its archive fails its checksum" if bad else None
 
 
 def load(path: Path, *, model, optimizer, compressor: str, comp_state, world: int, device,

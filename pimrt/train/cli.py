@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from pimrt.cliflags import alias, show_defaults
 from pimrt.gradsa import registry
@@ -10,14 +11,12 @@ from pimrt.gradsa.errors import GradSAError
 from pimrt.train import data, managers
 
 
-PROG = "python -m pimrt.train"    # `pimrt train` sets its own name (pimrt/commands/train.py)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="data-parallel training with a chosen "
+def build_parser(prog: str = "python -m pimrt.train") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="data-parallel training with a chosen "
                                 "gradient compressor (DDP comm hook); metrics CSV, checkpoints, resume")
     a = p.add_argument
-    a("--model", default="tinycnn", help="mlp, tinycnn or a pimrt.zoo name (e.g. resnet18)")
+    a("--model", default="tinycnn", help="mlp, tinycnn, a pimrt.zoo name (e.g. resnet18) or your own "
+      "nn.Module as FILE.py:NAME or module:NAME (as pimrt run --model)")
     a("--dataset", default="digits", help=f"one of {', '.join(data.DATASETS)}")
     a("--input", dest="image_size", type=int, default=32, metavar="INPUT",
       help="image height and width (digits are bilinearly scaled from 8x8 to this size)")
@@ -53,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--seed", type=int, default=0)
     a("--out", default="results/train", help="directory for metrics.csv, summary.json, checkpoints")
     a("--resume", action="store_true", help="continue from the checkpoints in --out")
+    a("--force", action="store_true", help="start a new run in an --out that holds one (its metrics, "
+      "summary and checkpoints are overwritten)")
     a("--checkpoint-every", type=int, default=0, metavar="K",
       help="also checkpoint every K steps (0: at each epoch's end only)")
     a("--timeout", type=float, default=120.0, help="collective timeout in seconds (dead-rank bound)")
@@ -64,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     return show_defaults(p)
 
 
-def parse(argv=None) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
+def parse(argv=None, prog: str = "python -m pimrt.train") -> argparse.Namespace:
+    args = build_parser(prog).parse_args(argv)
     validate(args)
     if args.lr_warmup_steps is None:    # DGC's recipe warms the learning rate up with the density
         args.lr_warmup_steps = args.warmup_steps if registry.get(args.compressor).lr_warmup else 0
@@ -106,3 +107,35 @@ def validate(args) -> None:
         raise GradSAError(f"--lr must be > 0, got {args.lr}")
     if args.timeout <= 0:
         raise GradSAError(f"--timeout must be > 0, got {args.timeout}")
+    check_out(args)
+
+
+#: options that say how a run is started, not what it computes: left out of summary.json's args
+RUN_ONLY = ("resume", "force", "no_progress")
+
+
+def recorded(args) -> dict:
+    """The options summary.json records (and `pimrt bench gradsa --reuse` compares)."""
+    return {k: v for k, v in vars(args).items() if k not in RUN_ONLY}
+
+
+#: the files of a run in --out (pimrt/train/loop.py writes them)
+RUN_FILES = ("metrics.csv", "summary.json", "checkpoint-rank*.pt")
+
+
+def check_out(args) -> None:
+    """--out must be a folder (or not exist yet); one that holds a run is refused unless the run
+    goes on (--resume) or starts over (--force): nothing of an earlier run is overwritten by
+    mistake. Every rank checks before the process group forms, so before rank 0 writes."""
+    out = Path(args.out)
+    if args.resume and args.force:
+        raise GradSAError("--resume and --force: give one (--resume continues the run in --out, "
+                          "--force starts a new one over it)")
+    if out.exists() and not out.is_dir():
+        raise GradSAError(f"--out {out}: is not a folder")
+    if args.resume or args.force or not out.is_dir():
+        return
+    held = sorted({f.name for pattern in RUN_FILES for f in out.glob(pattern)})
+    if held:
+        raise GradSAError(f"--out {out} holds a run ({', '.join(held)}): give --resume to continue "
+                          f"it, --force to start over in it, or another --out")

@@ -1,6 +1,7 @@
 """The training loop: DDP + a registered compressor hook, metrics CSV, checkpoints, resume."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import gc
 import hashlib
@@ -17,8 +18,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
+from pimrt.errors import PimrtError
 from pimrt.gradsa import registry
 from pimrt.gradsa.errors import GradSAError
+from pimrt.memory_meter import MemoryMeter
 from pimrt.train import checkpoint, cli, data, distenv, managers
 from pimrt.train.models import build_model
 
@@ -62,6 +65,46 @@ def params_digest(model) -> str:
     return h.hexdigest()[:16]
 
 
+def schedule_of(args, total: int) -> dict:
+    """What the learning rate at each step depends on (kept in the checkpoint)."""
+    return {"lr": args.lr, "lr_schedule": args.lr_schedule, "lr_warmup_steps": args.lr_warmup_steps,
+            "total": total}
+
+
+SCHEDULE_WORDS = {"lr": "--lr", "lr_schedule": "--lr-schedule", "lr_warmup_steps": "--lr-warmup-steps",
+                  "total": "steps of the schedule (--epochs, --max-steps)"}
+
+
+def schedule_change(saved: dict | None, now: dict, step: int) -> str | None:
+    """The warning when a resume changes the learning-rate schedule the checkpoint's run had, in
+    one line (None when the rates stay the same or the checkpoint does not say)."""
+    if not saved:
+        return None
+    changed = [k for k in now if saved.get(k) != now[k]]
+    if saved.get("lr_schedule") == now["lr_schedule"] == "const":
+        changed = [k for k in changed if k != "total"]     # a constant rate does not depend on it
+    if not changed:
+        return None
+    import argparse
+    before = lr_at(argparse.Namespace(**saved), step, saved["total"])
+    after = lr_at(argparse.Namespace(**now), step, now["total"])
+    what = ", ".join(f"{SCHEDULE_WORDS[k]} {saved[k]} -> {now[k]}" for k in changed)
+    return (f"warning: this resume changes the learning-rate schedule ({what}): the rate at step "
+            f"{step + 1} becomes {after:.4g} (the checkpoint's schedule: {before:.4g})")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def memory_line(m: dict | None) -> str:
+    """The manager's measured memory in the last printed line."""
+    if not m:
+        return ""
+    return (f", memory ({m['manager']}, step {m['step']}): device peak {_mib(m['device_peak_bytes'])}, "
+            f"host {_mib(m['host_peak_bytes'])}")
+
+
 def _csv_rows_upto(path: Path, step: int) -> list[dict]:
     if not path.is_file():
         return []
@@ -69,7 +112,7 @@ def _csv_rows_upto(path: Path, step: int) -> list[dict]:
         return [r for r in csv.DictReader(f) if int(r["step"]) <= step]
 
 
-def train(args, rank: int, world: int, device) -> dict:
+def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
@@ -103,12 +146,16 @@ def train(args, rank: int, world: int, device) -> dict:
         start_epoch, skip = (info["epoch"] + 1, 0) if info["epoch_done"] else (info["epoch"], info["batch"])
         if not skip:                    # at an epoch's end: the next epoch starts from this RNG
             torch.set_rng_state(rng)
+        warning = schedule_change(info["extra"].get("schedule"), schedule_of(args, total), step)
+        if warning and rank == 0:
+            print(f"{name}: {warning}", file=sys.stderr, flush=True)
 
     def save(epoch, done_in_epoch):
         full = done_in_epoch >= len(loader)
         checkpoint.save(ckpt, model=model, optimizer=opt, compressor=args.compressor, comp_state=state,
                         epoch=epoch, step=step, world=world, batch=0 if full else done_in_epoch,
-                        epoch_done=full, model_name=args.model, extra={"test_acc": history})
+                        epoch_done=full, model_name=args.model,
+                        extra={"test_acc": history, "schedule": schedule_of(args, total)})
     metrics_path = out / "metrics.csv"
     writer = fh = None
     if rank == 0:
@@ -133,6 +180,9 @@ def train(args, rank: int, world: int, device) -> dict:
     watchdog = distenv.Watchdog(rank, args.timeout * 2 + 60)
     c = state.counter
     step_times, t_start = [], time.perf_counter()
+    # the memory yardstick of the managers' benches (pimrt/memory_meter.py) over one whole step:
+    # the second this process runs (the first when it runs one), as steady as a step gets here
+    meter_step, memory = step + (1 if total - step >= 2 else 0), None
     progress = rank == 0 and not args.no_progress
     try:
         from tqdm import tqdm
@@ -163,15 +213,21 @@ def train(args, rank: int, world: int, device) -> dict:
                     g["lr"] = lr
                 before = (c.bytes_sent, c.dense_bytes)
                 density = state.density() if hasattr(state, "density") else 1.0
-                opt.zero_grad(set_to_none=True)
-                loss, logits = step_fn(x.to(device), y.to(device))
-                opt.step()
+                x, y = x.to(device), y.to(device)
+                meter = MemoryMeter(device) if step == meter_step else None
+                with meter or contextlib.nullcontext():
+                    opt.zero_grad(set_to_none=True)
+                    loss, logits = step_fn(x, y)
+                    opt.step()
                 dt = time.perf_counter() - t0
                 step += 1
                 done_in_epoch += 1
-                step_times.append(dt)
+                if meter is None:
+                    step_times.append(dt)     # the metered step is slower: not in the mean
+                else:
+                    memory = {"manager": args.manager, "step": step, **meter.as_dict()}
                 sent, dense = c.bytes_sent - before[0], c.dense_bytes - before[1]
-                acc = float((logits.argmax(1) == y.to(device)).float().mean())
+                acc = float((logits.argmax(1) == y).float().mean())
                 watchdog.beat(f"step {step}")
                 if writer:
                     writer.writerow({"step": step, "epoch": epoch, "loss": f"{float(loss.detach()):.5f}", "acc": f"{acc:.4f}",
@@ -203,6 +259,8 @@ def train(args, rank: int, world: int, device) -> dict:
         dist.all_gather_object(digests, digest)
         counters = [None] * world
         dist.all_gather_object(counters, c.snapshot())
+        memories = [None] * world
+        dist.all_gather_object(memories, memory)
     except Exception as exc:  # after start-up every failure ends this rank at once, exit code 3
         text = str(exc)
         hint = "" if isinstance(exc, GradSAError) or not any(
@@ -225,36 +283,52 @@ def train(args, rank: int, world: int, device) -> dict:
         "mean_step_time_s": sum(step_times) / len(step_times) if step_times else None,
         "wall_s": time.perf_counter() - t_start, "params_digest": digest,
         "params_identical": len(set(digests)) == 1,
-        "args": {k: v for k, v in vars(args).items() if k not in ("resume", "no_progress")},
+        "args": cli.recorded(args),
         "index_codec_use": dict(getattr(getattr(state, "fmt", None), "index_use", {}) or {}),
+        # the memory meter over one step (rank 0's; every rank's in memory_all_ranks)
+        "memory": memory, "memory_all_ranks": memories,
     }
     if rank == 0:
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
-def main(argv=None) -> int:
+def main(argv=None, name: str = "pimrt.train", prog: str = "python -m pimrt.train") -> int:
+    """`python -m pimrt.train` / torchrun; `pimrt train` passes its own name and usage."""
     try:
-        args = cli.parse(argv)
-    except GradSAError as exc:
-        print(f"pimrt.train: error: {exc}", file=sys.stderr)
+        args = cli.parse(argv, prog)
+    except PimrtError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
+    threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
+    try:
+        return _run(args, name)
+    finally:
+        torch.set_num_threads(threads)       # in-process callers (tests) get theirs back
+
+
+def _run(args, name: str) -> int:
     device, backend = distenv.pick_device(args.device, int(os.environ.get("LOCAL_RANK", 0)))
     try:
         rank, world, _ = distenv.init(backend, args.timeout)
     except Exception as exc:
-        print(f"pimrt.train: error: cannot set up the process group: {exc}", file=sys.stderr)
+        print(f"{name}: error: cannot set up the process group: {exc}", file=sys.stderr)
         return 2
     try:
-        summary = train(args, rank, world, device)
-    except GradSAError as exc:
-        print(f"pimrt.train: rank {rank}: error: {exc}", file=sys.stderr, flush=True)
-        os._exit(2)  # peers may be blocked in a collective: do not wait for a clean shutdown
+        summary = train(args, rank, world, device, name)
+    except PimrtError as exc:
+        if world > 1:
+            print(f"{name}: rank {rank}: error: {exc}", file=sys.stderr, flush=True)
+            os._exit(2)  # peers may be blocked in a collective: do not wait for a clean shutdown
+        print(f"{name}: error: {exc}", file=sys.stderr, flush=True)   # alone: nothing to wait for
+        gc.collect()
+        dist.destroy_process_group()
+        return 2
     if rank == 0:
         print(f"done: {summary['steps']} steps, test acc {100 * (summary['final_test_acc'] or 0):.2f}%, "
-              f"ratio {summary['ratio']:.1f}x, params identical on all ranks: {summary['params_identical']}",
-              flush=True)
+              f"ratio {summary['ratio']:.1f}x, params identical on all ranks: {summary['params_identical']}"
+              + memory_line(summary["memory"]), flush=True)
     # DDP's reducer and the comm hook's state hold the process group in reference cycles:
     # free them first, so that the group's gloo threads are joined here
     gc.collect()
