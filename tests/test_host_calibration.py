@@ -213,3 +213,20 @@ def test_streaming_kernel_has_fixed_cost_and_bandwidth_floor():
     floor = n * 64 / (V100.stream_fraction * part.peak_bandwidth_gbs) / part.timing["tCK"]
     assert int(recs["value"][recs["op"] == COMPUTE].sum()) == math.ceil(floor - 1e-9)
     assert recs[1]["op"] == COMPUTE          # each batch's requests issue while it paces
+
+
+def test_executed_flops_follow_the_algorithm():
+    # the host's energy counts what the algorithm executes: Winograd F(4x4, 3x3) does
+    # 36 / (16 x 9) = 1/4 of the direct multiplications where the tiles fit the map exactly
+    g3 = conv(32, 64, 56, 64, 3)
+    w = HostWork(g3, None, "forward")
+    assert w.launch()["algorithm"] == "winograd"
+    assert w.executed_flops == pytest.approx(w.flops / 4)
+    g1 = conv(32, 64, 56, 256, 1)
+    assert HostWork(g1, None, "forward").executed_flops == pytest.approx(
+        HostWork(g1, None, "forward").flops)
+    # the zero taps a 1x1 stride-2 backward_data pays for
+    g12 = conv(32, 512, 28, 1024, 1, s=2, p=0)
+    w = HostWork(g12, None, "backward_data")
+    assert w.executed_flops == pytest.approx(
+        w.flops * (1 + 3 * V100.strided_dgrad_zero_cost))

@@ -42,6 +42,7 @@ class KernelTime:
     transform_s: float     # streaming passes timed by bytes: Winograd transforms, split-K sums
     overhead_s: float      # fixed cost per kernel
     launch: dict           # the chosen tile, split-K factor, CTAs, waves
+    flops: float = 0.0     # FLOPs the algorithm executes (Winograd's GEMMs do fewer)
 
     @property
     def compute_s(self) -> float:
@@ -108,7 +109,7 @@ def _implicit_gemm(g: ConvGeom, phase: str, lo: int, hi: int, p) -> KernelTime:
     launches = 1 + (launch["split_k"] > 1)      # the GEMM, a reduction kernel after a split
     launch = dict(launch, aligned=aligned)
     return KernelTime("implicit_gemm", main, red, launches * p.kernel_overhead_s,
-                      dict(launch, launches=launches))
+                      dict(launch, launches=launches), 2.0 * s.m * s.n * k)
 
 
 def winograd_applies(g: ConvGeom, p) -> bool:
@@ -145,14 +146,15 @@ def _winograd(g: ConvGeom, phase: str, lo: int, hi: int, p) -> KernelTime:
     transform = moved * FP_BYTES / p.stream_bytes_per_s
     launches = 4 + (launch["split_k"] > 1)     # filter, input and output transforms, the GEMMs
     launch = dict(launch, winograd=f"F({m}x{m},{r}x{r})", launches=launches)
-    return KernelTime("winograd", main, transform + red, launches * p.kernel_overhead_s, launch)
+    return KernelTime("winograd", main, transform + red, launches * p.kernel_overhead_s, launch,
+                      2.0 * alpha * alpha * gm * gn * gk)
 
 
 def _direct(g: ConvGeom, phase: str, lo: int, hi: int, p) -> KernelTime:
     flops = 2 * g.forward_macs(lo, hi)
     return KernelTime("direct", flops / (p.peak_flops * p.efficiency), 0.0,
                       p.kernel_overhead_s, {"tile": None, "split_k": 1, "waves": 1,
-                                            "launches": 1})
+                                            "launches": 1}, float(flops))
 
 
 def candidates(g: ConvGeom, phase: str, lo: int, hi: int, p) -> list[KernelTime]:

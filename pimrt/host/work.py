@@ -72,6 +72,12 @@ class HostWork:
         return self.gemm.flops
 
     @property
+    def executed_flops(self) -> float:
+        """FLOPs the modelled algorithm executes (Winograd's are fewer than :attr:`flops`; the
+        zero taps a strided backward_data pays for are more)."""
+        return self.kernel_time().flops
+
+    @property
     def roles(self) -> tuple[str, str, str]:
         """Tensor roles ``requests`` needs: (A operand, B operand, output)."""
         return PHASE_ROLES[self.phase]

@@ -105,7 +105,7 @@ def step_energy(run, part, host_part) -> dict:
         if t.side == "host" and t.kind in ("conv", "linear"):
             layer, phase, lo, hi, samples = host_kernel(t, graph)
             flops = HostWork(graph[layer], samples, phase, channel_range=(lo, hi),
-                             part=host_part).flops
+                             part=host_part).executed_flops
             host_flops += flops
             compute[t.id] = flops * host_part.pj_per_flop
         elif (t.kind, t.phase) in KERNELS:
