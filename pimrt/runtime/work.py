@@ -364,14 +364,23 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
     return streaming_kernel(addr, op, ctx)
 
 
-def streaming_kernel(addr: np.ndarray, op: np.ndarray, ctx: Context) -> np.ndarray:
-    """A memory-bound GPU kernel: its fixed cost, then its requests paced so that it moves
-    no more than a streaming kernel reaches on this memory (the host part's stream_fraction of
-    the part's peak bandwidth); memctl may make it slower, never faster."""
+#: tensors one launch of torch's multi-tensor SGD (foreach, the default on CUDA) updates: its
+#: kernels take lists of param, grad and momentum (depth 3) of up to 48 tensors
+#: (aten/src/ATen/native/cuda/MultiTensorApply.cuh, depth_to_max_tensors)
+FOREACH_TENSORS = 48
+
+
+def streaming_kernel(addr: np.ndarray, op: np.ndarray, ctx: Context,
+                     launches: float = 1.0) -> np.ndarray:
+    """A memory-bound GPU kernel: its fixed cost (x launches: a share of one launch for a
+    layer's part of a multi-tensor kernel), then its requests paced so that it moves no more
+    than a streaming kernel reaches on this memory (the host part's stream_fraction of the
+    part's peak bandwidth); memctl may make it slower, never faster."""
     hp = ctx.host_part
     floor = len(addr) * ctx.part.request_bytes / (hp.stream_fraction
                                                   * ctx.part.peak_bandwidth_gbs) / ctx.tck
-    return np.concatenate([launch_records(math.ceil(hp.kernel_overhead_s * 1e9 / ctx.tck - 1e-9)),
+    fixed = math.ceil(launches * hp.kernel_overhead_s * 1e9 / ctx.tck - 1e-9)
+    return np.concatenate([launch_records(fixed),
                            _interleave(addr, op, HOST, math.ceil(floor - 1e-9), HOST_BATCH,
                                        overlap=True)])
 
@@ -379,8 +388,13 @@ def streaming_kernel(addr: np.ndarray, op: np.ndarray, ctx: Context) -> np.ndarr
 def gpu_records(task: Task, ctx: Context) -> np.ndarray:
     """An op the PIM could run, run by the GPU instead (GPU_KERNELS): each kernel streams its
     share of every region it reads and writes, the streams interleaved line by line as a
-    grid of thread blocks walks them; each pass a memory-bound kernel (streaming_kernel)."""
+    grid of thread blocks walks them; each pass a memory-bound kernel (streaming_kernel); the
+    SGD update as torch's multi-tensor kernels, a launch shared by FOREACH_TENSORS tensors."""
     out = []
+    launches = 1.0
+    if (task.kind, task.phase) == ("update", "update"):    # torch's foreach SGD: one launch
+        layer = ctx.graph[task.layer]                        # for FOREACH_TENSORS tensors
+        launches = len(layer.params) / FOREACH_TENSORS
     for passes in GPU_KERNELS[(task.kind, task.phase)]:
         addrs, ops = [], []
         for rw, role, frac in passes:
@@ -392,7 +406,7 @@ def gpu_records(task: Task, ctx: Context) -> np.ndarray:
         order = np.argsort(np.concatenate([np.linspace(0, 1, len(a), endpoint=False)
                                            for a in addrs]), kind="stable")
         out.append(streaming_kernel(np.concatenate(addrs)[order], np.concatenate(ops)[order],
-                                    ctx))
+                                    ctx, launches))
     return np.concatenate(out)
 
 
