@@ -91,6 +91,7 @@ def build_driver(lanes: int, rows: int, cols: int, hw_dir: Path | None = None,
     with build.locked(out):
         so = next(out.glob(f"{modname}*.so"), None) if out.exists() else None
         if so is None:
+            build.check_toolchain()
             tmp = out.with_name(out.name + f".tmp{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
             obj = tmp / "obj"

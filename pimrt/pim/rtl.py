@@ -40,6 +40,7 @@ def build_sim(top: str, params: dict[str, int] | None = None):
     so = out / f"V{top}"
     with build.locked(out):
         if not so.exists():
+            build.check_toolchain(cffi=False)
             tmp = out.with_name(out.name + f".tmp{os.getpid()}")
             try:
                 old = os.environ.get("MAKEFLAGS")
