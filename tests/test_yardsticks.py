@@ -360,3 +360,26 @@ def test_gpu_only_is_its_tasks_alone_one_after_another(resnet, part):
     total = sum(_alone(p, task_records(t, ctx), "host") for t in gpu.schedule.tasks)
     assert total * (1 - GPU_ONLY_TOLERANCE) <= gpu.makespan <= total * 1.001, \
         (gpu.makespan, total)
+
+
+def test_a_large_gpu_only_kernel_moves_no_faster_than_the_streaming_bandwidth():
+    """Where the memory could move a kernel's bytes faster than a GPU's streaming kernels do
+    (batch norm's statistics pass, reads only, over 8 MiB feature maps on one stack: its
+    requests alone beat stream_fraction x peak), the GPU-only kernel alone still takes its
+    fixed cost + its bytes at that bandwidth."""
+    graph = capture(small_cnn([16], [False], None), (32, 3, 64, 64))
+    p, hp = _part("hbm2_pim"), load_host_part("v100")
+    from pimrt.runtime.timing import gpu_only_schedule
+    ctx, tck = _ctx(graph, p), p.timing["tCK"]
+    rate = hp.stream_fraction * p.peak_bandwidth_gbs
+    tasks = [t for t in gpu_only_schedule(graph).tasks
+             if (t.kind, t.phase) == ("batchnorm", "fwd")]
+    assert tasks
+    for t in tasks:
+        stats = _passes(task_records(t, ctx))[0]
+        req = stats[stats["op"] <= WRITE]
+        assert (req["op"] == READ).all()
+        paced = len(req) * p.request_bytes / rate / tck
+        assert _alone(p, req, "host") < 0.95 * paced          # the memory could go faster
+        fixed = hp.kernel_overhead_s * 1e9 / tck
+        assert _alone(p, stats, "host") >= fixed + paced - 2, t.label
