@@ -1,6 +1,7 @@
 """Mutants of the yardsticks (issue 37): each a small search/replace on one file of a copy of
 the repository, after which the named test files must fail. Reports each mutant killed or
-survived; exits 1 if any survived (or a mutant no longer applies), 0 if all were killed.
+survived; exits 1 if any survived (or a mutant no longer applies, or one marked as a known
+survivor was killed), 0 otherwise.
 
     .venv/bin/python scripts/mutants.py              # every mutant
     .venv/bin/python scripts/mutants.py bound_x1.05  # the named ones
@@ -33,6 +34,9 @@ class Mutant:
     replace: str
     tests: tuple = YARDSTICKS
     why: str = ""
+    # why the mutant is known to survive today: reported, not a failure, until it is killed
+    # (then the mark must go: a failure, as a strict xfail that passes)
+    known_survivor: str = ""
 
 
 MUTANTS = [
@@ -65,10 +69,15 @@ MUTANTS = [
            "    alone = time_schedule(dataclasses.replace(schedule, pipelined=False), graph,"
            " part,\n",
            "    alone = time_schedule(schedule, graph, part,\n",
-           why="the tasks 'alone' timed without a barrier between sides"),
+           why="the tasks 'alone' timed without a barrier between sides",
+           known_survivor="the bound's PIM durations differ from the PIM tasks alone today "
+                          "(the strict xfail of test_the_bounds_durations_are_its_tasks_alone"
+                          "[pim]), which hides this mutant's change to them (v100_hbm2_pim: "
+                          "37,335 -> 42,254 cycles); issue 37"),
     Mutant("serial_without_barriers", "pimrt/runtime/timing.py",
            "        if not schedule.pipelined and last_side not in (None, t.side):\n",
            "        if False:\n",
+           tests=YARDSTICKS + ("tests/test_runtime.py::test_timed_tasks_respect_dependencies",),
            why="serial with host and PIM free to overlap"),
     Mutant("gpu_only_no_fixed_cost", "pimrt/runtime/work.py",
            "    fixed = math.ceil(launches * hp.kernel_overhead_s * 1e9 / ctx.tck - 1e-9)\n",
@@ -158,11 +167,20 @@ def main(argv=None) -> int:
                 continue
             rc, last = _pytest(copy, m.tests, args.python)
             verdict = "killed" if rc == 1 else "SURVIVED" if rc == 0 else f"ERROR {rc}"
-            bad += verdict != "killed"
+            if m.known_survivor:
+                verdict = {"SURVIVED": "survived (known)",
+                           "killed": "KILLED (known survivor: remove its mark)"}.get(verdict,
+                                                                                    verdict)
+            bad += verdict not in ("killed", "survived (known)")
             print(f"{m.name:28s} {verdict:8s} {time.perf_counter() - t0:5.1f} s  {last}",
                   flush=True)
+            if verdict == "survived (known)":
+                print(f"{'':28s} {m.known_survivor}")
             shutil.rmtree(copy, ignore_errors=True)
-    print(f"{len(chosen) - bad} of {len(chosen)} mutants killed")
+    known = sum(1 for m in chosen if m.known_survivor)
+    print(f"{len(chosen) - bad - known} of {len(chosen)} mutants killed"
+          + (f", {known} known to survive" if known else "")
+          + (f", {bad} failed" if bad else ""))
     return 1 if bad else 0
 
 
