@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pimrt.host import calibration as cal
     from pimrt.host.part import load_host_part
-    from pimrt.output import check_out_dir
+    from pimrt.output import atomic_write_text, check_out_dir
 
     part = load_host_part(args.host_part)
     dataset = cal.data_for(part)            # one line when the part has no data
@@ -65,7 +65,7 @@ def run(args) -> int:
     path = args.out / f"{args.host_part.replace('/', '_')}.json"
     for p in (path, args.json):
         if p is not None:
-            pathlib.Path(p).write_text(json.dumps(result, indent=1) + "\n")
+            atomic_write_text(p, json.dumps(result, indent=1) + "\n")
     png = path.with_suffix(".png")
     cal.plot(rows, fit, model, png, f"{part.name} vs DeepBench V100 ({dataset})")
     print(f"wrote {path} and {png}")
