@@ -11,6 +11,8 @@ CONCEPTS = {
     "input": (("--input",), ("--inputs", "--input-size", "--image-size")),
     "batch": (("--batch",), ("--batch-size",)),
     "model": (("--model", "--models"), ()),
+    # ranks of a data-parallel exchange: modelled (pimrt run) or launched (bench gradsa, laysa)
+    "world": (("--world",), ("--nproc",)),
 }
 
 
