@@ -221,6 +221,16 @@ def test_torchrun_two_ranks(tmp_path):
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["world_size"] == 2 and s["steps"] == 4 and s["params_identical"]
     assert (tmp_path / "checkpoint-rank1.pt").is_file()
+    # DDP's buffer broadcast counted whole: tinycnn's batch norm (running mean and variance of
+    # 8 channels, fp32, and an int64 counter) every step, on both sides of the ratio
+    per_step = 4 * 2 * 8 + 8
+    assert s["buffer_broadcast_bytes_per_step"] == per_step
+    c = s["counter"]
+    assert c["buffer_bytes"] == 4 * per_step
+    assert s["ratio_whole"] == pytest.approx((c["dense_bytes"] + c["buffer_bytes"])
+                                             / (c["bytes_sent"] + c["buffer_bytes"]))
+    assert 1 < s["ratio_whole"] < s["ratio"]
+    assert "with DDP's buffer broadcast" in r.stdout
 
 
 def test_dgc_trains_with_its_own_recipe(tmp_path):

@@ -62,6 +62,11 @@ def add_arguments(p) -> None:
     a("--quick", action="store_true", help="smoke size: tinycnn, 8x8, 1 epoch")
     a("--scale", default="", help="comma-separated rank counts (e.g. 2,4,8): every compressor at each, "
       "bytes on the wire per rank and in total (replaces --world)")
+    a("--curve", default="", metavar="DENSITIES",
+      help="comma-separated densities (e.g. 0.001,0.01,0.1): accuracy against density, every "
+           "sparse compressor at each, dense once, for each of --seeds; a table, and a plot "
+           "beside --json")
+    a("--seeds", default="0", help="comma-separated seeds of --curve (default: 0)")
     a("--json", dest="json_file", default=None, help="write the rows and settings as JSON")
     a("--csv", dest="csv_file", default=None, help="write the rows as CSV")
 
@@ -142,6 +147,10 @@ def _row(name: str, s: dict, out: Path, t_compute: float, ranks: int, wall: floa
     codec = (c["encode_s"] + c["decode_s"]) / steps
     row = {
         "compressor": name, "steps": c["steps"], "bytes_per_step": per_step, "ratio": c["dense_bytes"] / c["bytes_sent"],
+        # counted whole: DDP's buffer broadcast on both sides (pimrt.gradsa.accounting)
+        "buffer_bytes_per_step": c.get("buffer_bytes", 0) / steps,
+        "ratio_whole": (c["dense_bytes"] + c.get("buffer_bytes", 0))
+        / (c["bytes_sent"] + c.get("buffer_bytes", 0)),
         "steady_ratio": _steady_ratio(out / "metrics.csv"),
         "encode_Melem_s": c["elements"] / c["encode_s"] / 1e6 if c["encode_s"] > 0 else None,
         "decode_Melem_s": c["elements"] / c["decode_s"] / 1e6 if c["decode_s"] > 0 else None,
@@ -164,7 +173,8 @@ def _fmt(v, spec):
 
 
 def print_table(rows: list[dict], dense_acc: float | None, t_compute: float, ranks: int) -> None:
-    head = (f"{'compressor':<10} {'bytes/step':>11} {'ratio':>8} {'steady':>8} {'enc Me/s':>9} {'dec Me/s':>9} "
+    head = (f"{'compressor':<10} {'bytes/step':>11} {'ratio':>8} {'whole':>8} {'steady':>8} "
+            f"{'enc Me/s':>9} {'dec Me/s':>9} "
             f"{'acc %':>6} {'d-acc':>6} {'t@1G s':>8} {'t@10G s':>8} {'t@100G s':>8} {'same':>5}")
     print(head)
     print("-" * len(head))
@@ -174,12 +184,14 @@ def print_table(rows: list[dict], dense_acc: float | None, t_compute: float, ran
             continue
         dacc = None if dense_acc is None or r["final_acc"] is None else 100 * (r["final_acc"] - dense_acc)
         print(f"{r['compressor']:<10} {_fmt(r['bytes_per_step'], '11,.0f')} {_fmt(r['ratio'], '8.1f')} "
+              f"{_fmt(r['ratio_whole'], '8.1f')} "
               f"{_fmt(r['steady_ratio'], '8.1f')} {_fmt(r['encode_Melem_s'], '9.1f')} {_fmt(r['decode_Melem_s'], '9.1f')} "
               f"{_fmt(100 * r['final_acc'] if r['final_acc'] is not None else None, '6.2f')} {_fmt(dacc, '+6.2f')} "
               f"{r['est_step_s_1G']:8.3f} {r['est_step_s_10G']:8.3f} {r['est_step_s_100G']:8.3f} "
               f"{'yes' if r['params_identical'] else 'NO':>5}")
     print(f"bytes/step: per rank, everything handed to the collectives; ratio: dense fp32 bytes / bytes sent "
-          f"over the whole run (warm-up included); steady: last 20% of steps; Me/s: gradient elements per "
+          f"over the whole run (warm-up included); whole: both with DDP's buffer broadcast "
+          f"(batch norm's statistics from rank 0 every step); steady: last 20% of steps; Me/s: gradient elements per "
           f"second of hook codec time; t@B: {t_compute:.3f} s compute + codec + ring wire time at {ranks} ranks; "
           f"same: parameters bit-identical on all ranks")
 
@@ -198,9 +210,12 @@ def run(args) -> int:
         probe.compressor = n
         cli.validate(probe)
     if args.nproc < 1:
-        raise PimrtError(f"--nproc must be >= 1, got {args.nproc}")
+        raise PimrtError(f"--world must be >= 1, got {args.nproc}")
     if args.scale:
         return _run_scale(args, names)
+    if args.curve:
+        from pimrt.bench._gradsa_curve import run_curve
+        return run_curve(args, names)
     ranks = args.estimate_ranks or args.nproc
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """`pimrt bench NAME`: benchmarks. Each is one module in pimrt/bench/ with HELP,
-add_arguments(parser) and run(args) -> int; adding a benchmark means adding a file there."""
+add_arguments(parser) and run(args) -> int; adding a benchmark means adding a file there
+(modules named _*.py are a bench's helpers)."""
 from __future__ import annotations
 
 import importlib
@@ -13,6 +14,8 @@ def register(subparsers) -> None:
     sub = parser.add_subparsers(dest="bench", metavar="BENCH")
     sub.required = True
     for info in sorted(pkgutil.iter_modules(bench.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):          # a bench's helper module, not a benchmark
+            continue
         module = importlib.import_module(f"pimrt.bench.{info.name}")
         # HELP is plain text: argparse %-formats a help string ("within 5%" would not render)
         p = sub.add_parser(info.name, help=module.HELP.replace("%", "%%"),

@@ -6,6 +6,11 @@ payload (gloo's all_gather needs equal sizes), and any size exchange. Dense fp32
 therefore counts 4 bytes x parameters per rank per step; `dense_bytes` is that reference.
 `wire_bytes` models what a ring actually moves per rank, used for the step-time estimates:
 all-reduce of B bytes: 2(N-1)/N * B; all-gather of B bytes per rank: (N-1) * B.
+
+DDP also broadcasts the module's buffers (batch norm's running statistics and counters) from
+rank 0 before every forward pass (`broadcast_buffers`, on by default), for every compressor and
+for dense training alike: `buffer_bytes` counts them, and `ratio_whole` is the ratio with them
+on both sides (what a step puts on the wire, counted whole).
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ class ByteCounter:
     payload_bytes: int = 0     # of which: encoded payload before padding
     wire_bytes: float = 0.0    # ring-model bytes moved per rank
     dense_bytes: int = 0       # dense fp32 all-reduce reference
+    buffer_bytes: int = 0      # DDP's buffer broadcast, every step (the same for dense)
     collectives: int = 0
     elements: int = 0          # gradient elements compressed
     encode_s: float = 0.0
@@ -47,3 +53,9 @@ class ByteCounter:
     @property
     def ratio(self) -> float:
         return self.dense_bytes / self.bytes_sent if self.bytes_sent else float("inf")
+
+    @property
+    def ratio_whole(self) -> float:
+        """The ratio with DDP's buffer broadcast counted on both sides."""
+        sent = self.bytes_sent + self.buffer_bytes
+        return (self.dense_bytes + self.buffer_bytes) / sent if sent else float("inf")

@@ -123,6 +123,9 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               bucket_cap_mb=max(args.bucket_cap_mb, whole) if spec.single_bucket else args.bucket_cap_mb)
     state, hook = registry.build(args.compressor, model, None, cli.compressor_options(args))
+    # DDP broadcasts rank 0's buffers before every forward pass (accounting.ByteCounter)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers()) \
+        if ddp.broadcast_buffers and world > 1 else 0
     ddp.register_comm_hook(state, hook)
     in_hook = cli.momentum_in_hook(args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.0 if in_hook else args.momentum,
@@ -220,6 +223,7 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
                     loss, logits = step_fn(x, y)
                     opt.step()
                 dt = time.perf_counter() - t0
+                c.buffer_bytes += buffers
                 step += 1
                 done_in_epoch += 1
                 if meter is None:
@@ -251,7 +255,8 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
                 fh.flush()
                 print(f"epoch {epoch + 1}/{args.epochs} step {step} test acc {100 * test_acc:.2f}% "
                       f"sent {c.bytes_sent / 1e6:.3f} MB / dense {c.dense_bytes / 1e6:.1f} MB "
-                      f"= {c.ratio:.1f}x", flush=True)
+                      f"= {c.ratio:.1f}x ({c.ratio_whole:.1f}x with DDP's buffer broadcast, "
+                      f"{c.buffer_bytes / 1e6:.3f} MB)", flush=True)
             save(epoch, done_in_epoch)
             watchdog.beat(f"epoch {epoch + 1} checkpoint")
         digest = params_digest(model)
@@ -278,7 +283,8 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
         "batch_size_per_rank": args.batch_size, "density": getattr(getattr(state, "config", None), "density", None),
         "warmup_steps": args.warmup_steps, "value_codec": args.value_codec,
         "final_test_acc": history[-1] if history else None, "test_acc_per_epoch": history,
-        "ratio": c.ratio, "bits_per_param_step": 8 * c.bytes_sent / max(1, n_params * max(1, c.steps)),
+        "ratio": c.ratio, "ratio_whole": c.ratio_whole,
+        "buffer_broadcast_bytes_per_step": buffers, "bits_per_param_step": 8 * c.bytes_sent / max(1, n_params * max(1, c.steps)),
         "counter": c.snapshot(), "counters_all_ranks": counters,
         "mean_step_time_s": sum(step_times) / len(step_times) if step_times else None,
         "wall_s": time.perf_counter() - t_start, "params_digest": digest,
@@ -327,7 +333,8 @@ def _run(args, name: str) -> int:
         return 2
     if rank == 0:
         print(f"done: {summary['steps']} steps, test acc {100 * (summary['final_test_acc'] or 0):.2f}%, "
-              f"ratio {summary['ratio']:.1f}x, params identical on all ranks: {summary['params_identical']}"
+              f"ratio {summary['ratio']:.1f}x ({summary['ratio_whole']:.1f}x with DDP's buffer "
+              f"broadcast), params identical on all ranks: {summary['params_identical']}"
               + memory_line(summary["memory"]), flush=True)
     # DDP's reducer and the comm hook's state hold the process group in reference cycles:
     # free them first, so that the group's gloo threads are joined here
