@@ -1,0 +1,96 @@
+"""The step and energy tables of docs/runtime.md and docs/energy.md, rendered from a
+`pimrt compare` results file (compare.json; the ones the docs quote are in docs/figures/).
+
+    python scripts/doc_tables.py docs/figures/compare-32.json      # step table, energy table
+
+tests/test_docs_figures.py checks that the docs hold these tables as rendered here, so a
+figure in them is the results file's."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _by(rows: list[dict]) -> tuple[list[str], dict]:
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    return models, {(r["model"], r["policy"]): r for r in rows}
+
+
+def step_table(rows: list[dict]) -> list[str]:
+    models, by = _by(rows)
+    out = ["| model | GPU-only ms | serial ms | bank_partition ms | authority ms | bound ms | "
+           "host alone ms | PIM alone ms | authority vs GPU-only | vs serial | step / bound |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    sg = ss = sb = 0.0
+    for m in models:
+        a, b = by[(m, "authority")], by[(m, "bank_partition")]
+        tck = a["step_ms"] / a["makespan_cycles"]
+        name = "vgg16 (BN)" if m == "vgg16" else m
+        out.append(f"| {name} | {a['gpu_only_step_ms']:.3f} | {a['serial_step_ms']:.3f} | "
+                   f"{b['step_ms']:.3f} | {a['step_ms']:.3f} | {a['bound_step_ms']:.3f} | "
+                   f"{a['bound_host_busy_cycles'] * tck:.3f} | "
+                   f"{a['bound_pim_busy_cycles'] * tck:.3f} | {a['speedup_vs_gpu_only']:.3f}x | "
+                   f"{a['speedup_vs_serial']:.3f}x | {a['step_vs_bound']:.3f} |")
+        sg += a["speedup_vs_gpu_only"]
+        ss += a["speedup_vs_serial"]
+        sb += a["step_vs_bound"]
+    n = len(models)
+    out.append(f"| mean | | | | | | | | **{sg / n:.3f}x** | **{ss / n:.3f}x** | {sb / n:.3f} |")
+    return out
+
+
+def energy_table(rows: list[dict]) -> list[str]:
+    models, by = _by(rows)
+    out = ["| model | policy | step ms | total mJ | host (static) | DRAM | PIM | I/O | / GPU-only "
+           "| / serial |", "|---|---|---|---|---|---|---|---|---|---|"]
+    means: dict[str, list] = {}
+    for m in models:
+        a = by[(m, "authority")]
+        e = a["energy_mj"]
+        g, tot = e["gpu_only_parts"], e["gpu_only_total"]
+        out.append(f"| {m} | GPU-only | {a['gpu_only_step_ms']:.3f} | {tot:,.1f} | "
+                   f"{g['host']:,.1f} ({50.0 * a['gpu_only_step_ms']:,.1f}) | {g['dram']:,.1f} | "
+                   f"{g['pim']:,.1f} | {g['io']:,.1f} | 1 | {tot / e['serial_total']:.3f} |")
+        for pol in ("serial", "bank_partition", "authority"):
+            r = by[(m, pol)]
+            e = r["energy_mj"]
+            c = e["components"]
+            out.append(f"| {m} | {pol} | {r['step_ms']:.3f} | {e['total']:,.1f} | "
+                       f"{e['host']:,.1f} ({c['host_static']:,.1f}) | {e['dram']:,.1f} | "
+                       f"{e['pim']:,.1f} | {e['io']:,.1f} | {e['vs_gpu_only']:.3f} | "
+                       f"{e['vs_serial']:.3f} |")
+            means.setdefault(pol, []).append((e["vs_gpu_only"], e["vs_serial"]))
+    for pol, v in means.items():
+        out.append(f"| mean | {pol} | | | | | | | **{sum(x for x, _ in v) / len(v):.3f}** | "
+                   f"**{sum(y for _, y in v) / len(v):.3f}** |")
+    return out
+
+
+def energy_summary(rows: list[dict]) -> list[str]:
+    """The short energy table (mJ per step by policy), as docs/energy.md quotes 224x224."""
+    models, by = _by(rows)
+    out = ["| model | GPU-only | serial | bank_partition | authority | authority / GPU-only | "
+           "/ serial |", "|---|---|---|---|---|---|---|"]
+    g = s = 0.0
+    for m in models:
+        a = by[(m, "authority")]["energy_mj"]
+        out.append(f"| {m} | {a['gpu_only_total']:,.1f} | {a['serial_total']:,.1f} | "
+                   f"{by[(m, 'bank_partition')]['energy_mj']['total']:,.1f} | {a['total']:,.1f} "
+                   f"| {a['vs_gpu_only']:.3f} | {a['vs_serial']:.3f} |")
+        g += a["vs_gpu_only"]
+        s += a["vs_serial"]
+    out.append(f"| mean | | | | | **{g / len(models):.3f}** | **{s / len(models):.3f}** |")
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    rows = json.load(open(argv[0]))
+    for table in (step_table, energy_table, energy_summary):
+        print("\n".join(table(rows)))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

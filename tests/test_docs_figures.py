@@ -1,0 +1,27 @@
+"""The step and energy tables the docs quote are their results files' (docs/figures/), as
+scripts/doc_tables.py renders them: a figure re-measured without its table, or a table edited
+by hand, fails here."""
+import json
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import doc_tables  # noqa: E402
+
+FIG = ROOT / "docs" / "figures"
+
+
+@pytest.mark.parametrize("doc,results,table", [
+    ("runtime.md", "compare-32.json", doc_tables.step_table),
+    ("runtime.md", "compare-224.json", doc_tables.step_table),
+    ("energy.md", "compare-32.json", doc_tables.energy_table),
+    ("energy.md", "compare-224.json", doc_tables.energy_summary),
+])
+def test_the_docs_table_is_its_results_file(doc, results, table):
+    text = (ROOT / "docs" / doc).read_text()
+    rows = table(json.loads((FIG / results).read_text()))
+    missing = [r for r in rows[2:] if r not in text]
+    assert not missing, f"docs/{doc} lacks these rows of docs/figures/{results}: {missing[:3]}"
