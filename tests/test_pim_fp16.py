@@ -354,3 +354,72 @@ def test_unit_every_pattern_against_each_edge(dt, name):
         w = (ALL16 | (ALL16[::-1] << 16)).astype(np.uint32)
         _unit_check(name, dt, w, k, w[::-1].copy())
         _unit_check(name, dt, k, w, k)
+
+
+# ---- stream ops (pimrt.pim.ops16, what `pimrt bench pim16` measures) -----------------------
+
+def test_dtype_defines_match_verilog():
+    import re
+
+    from pimrt.pim import build
+    text = (build.HW_DIR / "pim_defs.vh").read_text()
+    defs = {m[0]: int(m[1]) for m in re.findall(r"`define (\w+)\s+\d+'d(\d+)", text)}
+    assert {"DT_F32": isa.F32, "DT_F16": isa.F16, "DT_BF16": isa.BF16}.items() <= defs.items()
+
+
+def _stream_inputs(name, dt, lanes, blocks, rng):
+    from pimrt.pim import ops16
+    words = ops16.block(name) * lanes * blocks * (2 if name == "NARROW" else 1)
+    return [rng.integers(0, 2**32, words, dtype=np.uint64).astype(np.uint32)
+            for _ in range(ops16.OPS[name].inputs)]
+
+
+@pytest.mark.parametrize("dt", [isa.F32, isa.F16, isa.BF16], ids=["f32", "f16", "bf16"])
+def test_stream_ops_golden_compute_the_lane_op(dt):
+    """Each stream op's output is its lane op on the input words, in the documented layout,
+    and costs (phases * b + 1) cycles a block plus EXIT."""
+    from pimrt.pim import ops16
+    rng = np.random.default_rng(dt)
+    L = 8
+    for name, op in ops16.OPS.items():
+        if dt == isa.F32 and name in ("WIDEN", "NARROW"):
+            continue
+        ins = _stream_inputs(name, dt, L, 3, rng)
+        g = GoldenBackend(rows=64, cols=32)
+        g.set_scalars([0.0])
+        y, cycles = ops16.run(g, name, dt, ins)
+        b = ops16.block(name)
+        assert cycles == 3 * (len(op.phases) * b + 1) + 1
+        if name == "RELU":
+            want = fp.apply("MAX", ins[0], np.zeros_like(ins[0]), dtype=dt)
+        elif name in ("WIDEN", "NARROW"):
+            cols = ins[0].reshape(-1, b, L)
+            if name == "WIDEN":
+                want = np.stack([fp.apply("CVTLO", cols, dtype=dt), fp.apply("CVTHI", cols, dtype=dt)], 1)
+            else:
+                pairs = cols.reshape(-1, 2, b, L)
+                want = fp.apply("CVTPK", pairs[:, 0], pairs[:, 1], dtype=dt)
+        else:
+            want = fp.apply(name, *ins, dtype=dt)
+        assert (y == np.asarray(want).ravel()).all(), name
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_stream_ops_rtl_equal_golden(lanes):
+    """The batch driver at 8 and 16 lanes: every stream op in every dtype == golden model,
+    values and cycles (the cycle figures of docs/pim.md)."""
+    testing.skip_without_verilator()
+    from pimrt.pim import ops16
+    from pimrt.pim.driver import PimDriver
+    drv = PimDriver(lanes=lanes, units=1)          # the default bank: the tests' cached builds
+    g = GoldenBackend(lanes=lanes)
+    rng = np.random.default_rng(lanes)
+    for b in (drv, g):
+        b.set_scalars([0.0])
+    for name in ops16.OPS:
+        for dt in (isa.F32, isa.F16, isa.BF16):
+            if dt == isa.F32 and name in ("WIDEN", "NARROW"):
+                continue
+            ins = _stream_inputs(name, dt, lanes, 9, rng)
+            (y, c), (yg, cg) = ops16.run(drv, name, dt, ins), ops16.run(g, name, dt, ins)
+            assert c == cg and (y == yg).all(), (name, dt)
