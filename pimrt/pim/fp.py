@@ -7,6 +7,9 @@ the canonical quiet NaN 0x7FC00000; MAD rounds twice ((a*b) rounded, then + c ro
 MAX/MIN: NaN if either input is NaN, otherwise the larger/smaller value and on a tie (equal
 values, or +0 and -0) the first operand, as torch.maximum and torch.relu do; compares give
 all-ones or zero lanes and are false on NaN; MOV and SEL move bits unchanged.
+
+16-bit lanes (binary16, bfloat16; hw/fp16.vh): two elements a lane word, each op the binary32
+op on the widened elements then torch's narrowing (apply16, apply_words; docs/pim.md).
 """
 from __future__ import annotations
 
