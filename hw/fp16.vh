@@ -58,7 +58,8 @@ function automatic [15:0] h_narrow(input [1:0] hdt, input [31:0] u);
 endfunction
 
 // One lane op on one 16-bit element (dt 1 or 2); lop as in lane_op, conversions apart.
-// MAD rounds to 16 bits twice (a*b, then + c), as torch's a*b + c on 16-bit tensors.
+// MAD rounds to 16 bits twice (a*b, then + c), as torch's a*b + c on 16-bit tensors; FMA is
+// the binary32 fused multiply-add narrowed, as torch's addcmul.
 // Compares give an all-ones or zero element; MOV and SEL move bits.
 function automatic [15:0] lane_op16(input [3:0] lop, input [1:0] hdt, input [15:0] ha,
                                     input [15:0] hb, input [15:0] hc);
@@ -79,6 +80,7 @@ function automatic [15:0] lane_op16(input [3:0] lop, input [1:0] hdt, input [15:
             `LOP_CMPGE: lane_op16 = {16{fp_lt(wb, wa) | fp_eq(wa, wb)}};
             `LOP_CMPEQ: lane_op16 = {16{fp_eq(wa, wb)}};
             `LOP_SEL:   lane_op16 = (hc != 16'd0) ? ha : hb;
+            `LOP_FMA:   lane_op16 = h_narrow(hdt, fp_fma(wa, wb, h_widen(hdt, hc)));
             default:    lane_op16 = 16'd0;
         endcase
     end

@@ -18,6 +18,7 @@
 `define LOP_CVTLO  4'd11
 `define LOP_CVTHI  4'd12
 `define LOP_CVTPK  4'd13
+`define LOP_FMA    4'd14
 
 // Instruction opcodes (bits [31:27] of a command word).
 `define OP_NOP    5'd0
@@ -39,6 +40,7 @@
 `define OP_CVTLO  5'd19
 `define OP_CVTHI  5'd20
 `define OP_CVTPK  5'd21
+`define OP_FMA    5'd22
 
 // Data dtypes (bits [1:0] of a data op; [2] reserved): 16-bit elements two per lane word.
 `define DT_F32   2'd0

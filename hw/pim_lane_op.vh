@@ -3,13 +3,14 @@
 // body that defines LANES. pim_unit.v (each lane a clocked process of its own, calling
 // lane_op) and pim_lane_array.v (alone, for tests: lanes_op) share them, so both compute the
 // same gates.
-// MAD rounds twice: (a*b) rounded, then + c rounded. SEL: c != 0 ? a : b. Compares give an
+// MAD rounds twice: (a*b) rounded, then + c rounded; FMA once. SEL: c != 0 ? a : b. Compares give an
 // all-ones lane (true) or zero. MOV and SEL move bits (NaN payloads kept); every arithmetic
 // NaN result is the canonical quiet NaN 32'h7FC00000. dt (DT_*): binary32, or two 16-bit
 // elements a lane word (fp16.vh: lane_op_h).
 `include "fp_add.vh"
 `include "fp_mul.vh"
 `include "fp_cmp.vh"
+`include "fp_fma.vh"
 `include "fp16.vh"
 
 function automatic [31:0] lane_op(input [3:0] lop, input [1:0] ldt, input [31:0] la,
@@ -27,6 +28,7 @@ function automatic [31:0] lane_op(input [3:0] lop, input [1:0] ldt, input [31:0]
         `LOP_CMPGE: lane_op = {32{fp_lt(lb, la) | fp_eq(la, lb)}};
         `LOP_CMPEQ: lane_op = {32{fp_eq(la, lb)}};
         `LOP_SEL:   lane_op = (lc != 32'd0) ? la : lb;
+        `LOP_FMA:   lane_op = fp_fma(la, lb, lc);
         default:    lane_op = 32'd0;
     endcase
 endfunction

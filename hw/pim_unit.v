@@ -49,7 +49,7 @@ module pim_unit #(
     // ---- the read address: the one bank pointer the current instruction reads ------------
     wire [31:0] ins = crf[pc[4:0]];
     wire [4:0]  i_op = ins[31:27];
-    wire        i_data = i_op >= `OP_MOV && i_op <= `OP_CVTPK;
+    wire        i_data = i_op >= `OP_MOV && i_op <= `OP_FMA;
     // operand b is used by every data op but MOV and the widening conversions
     wire        i_useb = i_op != `OP_MOV && i_op != `OP_CVTLO && i_op != `OP_CVTHI;
     wire        rd_b = i_useb && ins[14:13] == `K_BANK;
@@ -57,7 +57,8 @@ module pim_unit #(
     assign b_raddr = ptrs[rd_p * AW +: AW];
     assign b_re = busy && mode && !pc[5] && i_data && (ins[20:19] == `K_BANK
                   || (i_useb && ins[14:13] == `K_BANK)
-                  || ((i_op == `OP_MAD || i_op == `OP_SEL) && ins[8:7] == `K_BANK));
+                  || ((i_op == `OP_MAD || i_op == `OP_SEL || i_op == `OP_FMA)
+                      && ins[8:7] == `K_BANK));
 
     function automatic bad_acc(input [5:2] f);   // ACC index past A3
         bad_acc = f[5:4] == `K_ACC && f[3:2] != 2'd0;
@@ -73,7 +74,7 @@ module pim_unit #(
     wire [1:0]  dt = ins[1:0];
     wire        bad_dt = ins[2] || dt == 2'd3
                          || (op >= `OP_CVTLO && op <= `OP_CVTPK && dt == `DT_F32);
-    wire        use_c = op == `OP_MAD || op == `OP_SEL;
+    wire        use_c = op == `OP_MAD || op == `OP_SEL || op == `OP_FMA;
     wire        ba = is_data && fa[5:4] == `K_BANK;
     wire        bb = use_b && fb[5:4] == `K_BANK;
     wire        bc = use_c && fc[5:4] == `K_BANK;

@@ -43,6 +43,8 @@ def torch_ref(name, dt, a, b=None, c=None) -> np.ndarray:
         return _bits(ta * tb)
     if name == "MAD":
         return _bits(ta * tb + _t(c, dt))
+    if name == "FMA":
+        return _bits(torch.addcmul(_t(c, dt), ta, tb))
     if name == "MAX":
         return _bits(torch.maximum(ta, tb))
     if name == "MIN":
@@ -140,7 +142,7 @@ def test_relu_and_relu6_every_pattern(dt):
 
 
 @dtypes
-@pytest.mark.parametrize("name", BINARY + ["MAD"])
+@pytest.mark.parametrize("name", BINARY + ["MAD", "FMA"])
 def test_every_pattern_against_each_edge(dt, name):
     """Each binary op with operand a over all 65,536 patterns and b (and MAD's c) every edge
     value, both orders: 2 x 32 x 65,536 cases an op."""
@@ -153,7 +155,7 @@ def test_every_pattern_against_each_edge(dt, name):
 # ---- binary ops: edge cases and hypothesis: golden == torch --------------------------------
 
 @dtypes
-@pytest.mark.parametrize("name", BINARY + ["MAD"])
+@pytest.mark.parametrize("name", BINARY + ["MAD", "FMA"])
 def test_edge_cross_product(dt, name):
     e = testing.EDGES16[dt]
     a, b, c = (g.ravel() for g in np.meshgrid(e, e, e, indexing="ij"))
@@ -173,7 +175,7 @@ def test_binary_ops_hypothesis(dt, data):
     n = 64
     a, b, c = (np.array(data.draw(st.lists(_near(dt), min_size=n, max_size=n)), np.uint32)
                for _ in range(3))
-    for name in BINARY + ["MAD"]:
+    for name in BINARY + ["MAD", "FMA"]:
         _check(name, dt, a, b, c)
 
 
@@ -191,6 +193,8 @@ def test_ties_overflow_and_cancellation(dt):
     big = np.full_like(a, 0x7BFF if dt == isa.F16 else 0x7F7F)
     _check("MUL", dt, a, big)
     _check("MAD", dt, a, big, a)
+    _check("FMA", dt, a, big, a)
+    _check("FMA", dt, a, a, fp.apply16("MUL", dt, a, a) ^ 0x8000)   # c = -round(a*a)
 
 
 def test_packed_words_keep_element_order():
@@ -344,7 +348,7 @@ def test_unit_binary_ops_random(dt, seed):
 
 @pytest.mark.slow
 @dtypes
-@pytest.mark.parametrize("name", BINARY + ["MAD", "SEL"])
+@pytest.mark.parametrize("name", BINARY + ["MAD", "FMA", "SEL"])
 def test_unit_every_pattern_against_each_edge(dt, name):
     """The batch driver: operand a over all 65,536 patterns against every edge b, as
     test_every_pattern_against_each_edge checks the golden model against torch."""

@@ -3,7 +3,8 @@
 
 numpy float32 add, subtract and multiply are IEEE-754 round-to-nearest-even with subnormals,
 so they are the reference; the unit's policy on top of them: every arithmetic NaN result is
-the canonical quiet NaN 0x7FC00000; MAD rounds twice ((a*b) rounded, then + c rounded);
+the canonical quiet NaN 0x7FC00000; MAD rounds twice ((a*b) rounded, then + c rounded), FMA
+once;
 MAX/MIN: NaN if either input is NaN, otherwise the larger/smaller value and on a tie (equal
 values, or +0 and -0) the first operand, as torch.maximum and torch.relu do; compares give
 all-ones or zero lanes and are false on NaN; MOV and SEL move bits unchanged.
@@ -56,6 +57,22 @@ def mad(a, b, c):
         return canon((f32(a) * f32(b)) + f32(c))
 
 
+def fma(a, b, c):
+    """round(a*b + c) to binary32 once. The product is exact in float64; the float64 sum is
+    made round-to-odd from its exact error (TwoSum), so rounding it to float32 rounds the exact
+    value once (53 >= 24 + 2 bits)."""
+    with np.errstate(all="ignore"):
+        p = f32(a).astype(np.float64) * f32(b).astype(np.float64)
+        c64 = f32(c).astype(np.float64)
+        s = p + c64
+        bb = s - p
+        err = (p - (s - bb)) + (c64 - bb)
+        odd = (s.view(np.uint64) & np.uint64(1)) == 1
+        fix = np.isfinite(s) & (err != 0) & ~odd
+        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return canon(s.astype(np.float32))
+
+
 def _minmax(a, b, want_max: bool):
     a = np.asarray(a, dtype=U32)
     b = np.asarray(b, dtype=U32)
@@ -101,7 +118,7 @@ def mov(a):
 LANE_FUNCS = {
     "MOV": (mov, 1), "ADD": (add, 2), "SUB": (sub, 2), "MUL": (mul, 2), "MAD": (mad, 3),
     "MAX": (vmax, 2), "MIN": (vmin, 2), "CMPGT": (cmpgt, 2), "CMPGE": (cmpge, 2),
-    "CMPEQ": (cmpeq, 2), "SEL": (sel, 3),
+    "CMPEQ": (cmpeq, 2), "SEL": (sel, 3), "FMA": (fma, 3),
 }
 # source operands of every lane op, the 16-bit conversions included
 ARITY = {**{k: n for k, (_, n) in LANE_FUNCS.items()}, "CVTLO": 1, "CVTHI": 1, "CVTPK": 2}
@@ -177,6 +194,8 @@ def apply16(name: str, dtype: int, a, b=None, c=None) -> np.ndarray:
     if name == "MAD":
         prod = widen16(narrow16(mul(wa, wb), dtype), dtype)
         return narrow16(add(prod, widen16(c, dtype)), dtype)
+    if name == "FMA":
+        return narrow16(fma(wa, wb, widen16(c, dtype)), dtype)
     if name in ("CMPGT", "CMPGE", "CMPEQ"):
         return _mask16(LANE_FUNCS[name][0](wa, wb) != 0)
     return narrow16(LANE_FUNCS[name][0](wa, wb), dtype)

@@ -51,6 +51,8 @@ OPCODES: dict[str, tuple[int, str, tuple[str, ...]]] = {
     "CVTLO": (19, "data", ("d", "a")),
     "CVTHI": (20, "data", ("d", "a")),
     "CVTPK": (21, "data", ("d", "a", "b")),
+    # fused multiply-add: a*b + c rounded once (binary32; in 16 bits then narrowed)
+    "FMA":   (22, "data", ("d", "a", "b", "c")),
 }
 BY_CODE = {code: name for name, (code, _, _) in OPCODES.items()}
 CONVERSIONS = ("CVTLO", "CVTHI", "CVTPK")

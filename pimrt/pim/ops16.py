@@ -28,7 +28,7 @@ OPS = {
        for n in ("ADD", "SUB", "MUL", "MAX", "MIN", "CMPGT", "CMPGE", "CMPEQ")},
     # a, b, c -> y
     **{n: StreamOp(3, ("MOV G{i}, B[p0+]", "MOV G{j}, B[p1+]", "{op} G{i}, G{i}, G{j}, B[p2+]",
-                       "MOV B[p3+], G{i}")) for n in ("MAD", "SEL")},
+                       "MOV B[p3+], G{i}")) for n in ("MAD", "FMA", "SEL")},
     # x -> max(x, +0): ReLU
     "RELU": StreamOp(1, ("MAX{sfx} G{i}, B[p0+], S0", "MOV B[p1+], G{i}")),
     # 16-bit x -> binary32 (even elements, then odd ones)

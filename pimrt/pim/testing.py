@@ -72,6 +72,8 @@ def numpy_reference(name: str, a, b=None, c=None) -> np.ndarray:
             r = fa * fb
         elif name == "MAD":
             r = (fa * fb) + fc
+        elif name == "FMA":
+            return _exact_fma(a, b, c)
         elif name == "MAX":
             r = np.maximum(fa, fb)
         elif name == "MIN":
@@ -89,6 +91,42 @@ def numpy_reference(name: str, a, b=None, c=None) -> np.ndarray:
         else:
             raise KeyError(name)
     return np.asarray(r, np.float32).view(np.uint32)
+
+
+def _exact_fma(a, b, c) -> np.ndarray:
+    """round(a*b + c) to binary32 in exact rational arithmetic, element by element (a reference
+    independent of fp.fma's float64 method; NaN for any NaN)."""
+    from fractions import Fraction
+    out = []
+    with np.errstate(all="ignore"):
+        for x, y, z in zip(*(fp.f32(v).astype(np.float64).ravel() for v in (a, b, c))):
+            if not (np.isfinite(x) and np.isfinite(y) and np.isfinite(z)):
+                out.append(np.float32(np.float64(x) * y + z))
+                continue
+            exact = Fraction(x) * Fraction(y) + Fraction(z)
+            if exact == 0:
+                out.append(np.float32(-0.0 if (x * y == 0 and np.signbit(x * y) and np.signbit(z)) else 0.0))
+                continue
+            out.append(_round_f32(exact))
+    return np.array(out, np.float32).view(np.uint32)
+
+
+def _round_f32(q) -> np.float32:
+    """An exact rational to binary32, round to nearest even (subnormals, overflow to inf)."""
+    from fractions import Fraction
+    sign = -1 if q < 0 else 1
+    q = abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    if Fraction(2) ** e > q:
+        e -= 1
+    e = max(e, -126)                           # the binade (subnormals: the quantum 2^-149)
+    quantum = Fraction(2) ** (e - 23)
+    n, rem = divmod(q, quantum)
+    n = int(n)
+    if rem * 2 > quantum or (rem * 2 == quantum and n % 2):
+        n += 1
+    v = float(n * quantum) if e - 23 >= -1074 else 0.0
+    return np.float32(sign * v) if abs(sign * v) < 2.0 ** 128 else np.float32(sign * np.inf)
 
 
 def agrees_with_numpy(name: str, got: np.ndarray, ref: np.ndarray) -> np.ndarray:
