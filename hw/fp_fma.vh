@@ -17,6 +17,9 @@ function automatic [6:0] fma_msb(input [79:0] v);    // index of the top set bit
 endfunction
 
 function automatic [31:0] fp_fma(input [31:0] opa, input [31:0] opb, input [31:0] opc);
+    // its own C++ function in the Verilated model: inlined into every lane process, its wide
+    // temporaries cost every instruction about half its speed (docs/pim.md)
+    /* verilator no_inline_task */
     reg               sp, a_nan, b_nan, c_nan, a_inf, b_inf, c_inf, a_zero, b_zero, c_zero;
     reg               big_p, neg, rnd, sticky;
     reg        [47:0] mp;
