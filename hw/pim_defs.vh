@@ -15,6 +15,10 @@
 `define LOP_CMPGE  4'd8
 `define LOP_CMPEQ  4'd9
 `define LOP_SEL    4'd10
+`define LOP_CVTLO  4'd11
+`define LOP_CVTHI  4'd12
+`define LOP_CVTPK  4'd13
+`define LOP_FMA    4'd14
 
 // Instruction opcodes (bits [31:27] of a command word).
 `define OP_NOP    5'd0
@@ -33,6 +37,15 @@
 `define OP_CMPGE  5'd16
 `define OP_CMPEQ  5'd17
 `define OP_SEL    5'd18
+`define OP_CVTLO  5'd19
+`define OP_CVTHI  5'd20
+`define OP_CVTPK  5'd21
+`define OP_FMA    5'd22
+
+// Data dtypes (bits [1:0] of a data op; [2] reserved): 16-bit elements two per lane word.
+`define DT_F32   2'd0
+`define DT_F16   2'd1
+`define DT_BF16  2'd2
 
 // Operand kinds (bits [5:4] of a 6-bit operand field).
 `define K_GRF  2'd0

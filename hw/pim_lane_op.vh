@@ -3,16 +3,20 @@
 // body that defines LANES. pim_unit.v (each lane a clocked process of its own, calling
 // lane_op) and pim_lane_array.v (alone, for tests: lanes_op) share them, so both compute the
 // same gates.
-// MAD rounds twice: (a*b) rounded, then + c rounded. SEL: c != 0 ? a : b. Compares give an
+// MAD rounds twice: (a*b) rounded, then + c rounded; FMA once. SEL: c != 0 ? a : b. Compares give an
 // all-ones lane (true) or zero. MOV and SEL move bits (NaN payloads kept); every arithmetic
-// NaN result is the canonical quiet NaN 32'h7FC00000.
+// NaN result is the canonical quiet NaN 32'h7FC00000. dt (DT_*): binary32, or two 16-bit
+// elements a lane word (fp16.vh: lane_op_h).
 `include "fp_add.vh"
 `include "fp_mul.vh"
 `include "fp_cmp.vh"
+`include "fp_fma.vh"
+`include "fp16.vh"
 
-function automatic [31:0] lane_op(input [3:0] lop, input [31:0] la, input [31:0] lb,
-                                  input [31:0] lc);
-    case (lop)
+function automatic [31:0] lane_op(input [3:0] lop, input [1:0] ldt, input [31:0] la,
+                                  input [31:0] lb, input [31:0] lc);
+    if (ldt != `DT_F32) lane_op = lane_op_h(lop, ldt, la, lb, lc);
+    else case (lop)
         `LOP_MOV:   lane_op = la;
         `LOP_ADD:   lane_op = fp_add(la, lb);
         `LOP_SUB:   lane_op = fp_add(la, {~lb[31], lb[30:0]});
@@ -24,13 +28,14 @@ function automatic [31:0] lane_op(input [3:0] lop, input [31:0] la, input [31:0]
         `LOP_CMPGE: lane_op = {32{fp_lt(lb, la) | fp_eq(la, lb)}};
         `LOP_CMPEQ: lane_op = {32{fp_eq(la, lb)}};
         `LOP_SEL:   lane_op = (lc != 32'd0) ? la : lb;
+        `LOP_FMA:   lane_op = fp_fma(la, lb, lc);
         default:    lane_op = 32'd0;
     endcase
 endfunction
 
-function automatic [32*LANES-1:0] lanes_op(input [3:0] lop, input [32*LANES-1:0] va,
+function automatic [32*LANES-1:0] lanes_op(input [3:0] lop, input [1:0] ldt, input [32*LANES-1:0] va,
                                            input [32*LANES-1:0] vb, input [32*LANES-1:0] vc);
     integer i;
     for (i = 0; i < LANES; i = i + 1)
-        lanes_op[32*i +: 32] = lane_op(lop, va[32*i +: 32], vb[32*i +: 32], vc[32*i +: 32]);
+        lanes_op[32*i +: 32] = lane_op(lop, ldt, va[32*i +: 32], vb[32*i +: 32], vc[32*i +: 32]);
 endfunction

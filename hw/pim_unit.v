@@ -1,6 +1,7 @@
 // pim_unit.v: one PIM unit after HBM-PIM: a sequencer over a command register file (CRF),
 // general registers (GRF), host-loaded scalar registers (SRF), accumulators (ACC), bank
-// pointers (PTR) and loop counts (CNT), and a LANES-wide binary32 SIMD datapath.
+// pointers (PTR) and loop counts (CNT), and a LANES-wide SIMD datapath: binary32 lanes, or
+// two binary16 or bfloat16 elements a lane (a data op's dtype, bits [1:0]).
 // One instruction per clock while busy. An instruction reads at most one bank column: its
 // address (b_raddr) is decoded combinationally from the current instruction and the data
 // (b_rdata) is used on the clock; a bank write leaves on the registered write port
@@ -47,14 +48,17 @@ module pim_unit #(
 
     // ---- the read address: the one bank pointer the current instruction reads ------------
     wire [31:0] ins = crf[pc[4:0]];
-    wire        rd_b = ins[31:27] != `OP_MOV && ins[14:13] == `K_BANK;
+    wire [4:0]  i_op = ins[31:27];
+    wire        i_data = i_op >= `OP_MOV && i_op <= `OP_FMA;
+    // operand b is used by every data op but MOV and the widening conversions
+    wire        i_useb = i_op != `OP_MOV && i_op != `OP_CVTLO && i_op != `OP_CVTHI;
+    wire        rd_b = i_useb && ins[14:13] == `K_BANK;
     wire [2:0]  rd_p = ins[20:19] == `K_BANK ? ins[17:15] : (rd_b ? ins[11:9] : ins[5:3]);
     assign b_raddr = ptrs[rd_p * AW +: AW];
-    wire [4:0]  i_op = ins[31:27];
-    wire        i_data = i_op >= `OP_MOV && i_op <= `OP_SEL;
     assign b_re = busy && mode && !pc[5] && i_data && (ins[20:19] == `K_BANK
-                  || (i_op != `OP_MOV && ins[14:13] == `K_BANK)
-                  || ((i_op == `OP_MAD || i_op == `OP_SEL) && ins[8:7] == `K_BANK));
+                  || (i_useb && ins[14:13] == `K_BANK)
+                  || ((i_op == `OP_MAD || i_op == `OP_SEL || i_op == `OP_FMA)
+                      && ins[8:7] == `K_BANK));
 
     function automatic bad_acc(input [5:2] f);   // ACC index past A3
         bad_acc = f[5:4] == `K_ACC && f[3:2] != 2'd0;
@@ -64,9 +68,13 @@ module pim_unit #(
     // decode of the current instruction, shared by the sequencer and the lanes
     wire [4:0]  op = ins[31:27];
     wire [5:0]  fd = ins[26:21], fa = ins[20:15], fb = ins[14:9], fc = ins[8:3];
-    wire        is_data = op >= `OP_MOV && op <= `OP_SEL;
-    wire        use_b = is_data && op != `OP_MOV;
-    wire        use_c = op == `OP_MAD || op == `OP_SEL;
+    wire        is_data = i_data;
+    wire        use_b = is_data && i_useb;
+    // a data op's dtype: [2] reserved, 3 reserved, and a conversion needs a 16-bit dtype
+    wire [1:0]  dt = ins[1:0];
+    wire        bad_dt = ins[2] || dt == 2'd3
+                         || (op >= `OP_CVTLO && op <= `OP_CVTPK && dt == `DT_F32);
+    wire        use_c = op == `OP_MAD || op == `OP_SEL || op == `OP_FMA;
     wire        ba = is_data && fa[5:4] == `K_BANK;
     wire        bb = use_b && fb[5:4] == `K_BANK;
     wire        bc = use_c && fc[5:4] == `K_BANK;
@@ -75,7 +83,7 @@ module pim_unit #(
     // faults, checked before anything is written (same order as pimrt/pim/isa.py)
     wire [2:0]  fault =
         pc[5] ? `E_PC
-        : (!is_data && op > `OP_ADDP) ? `E_OPCODE
+        : ((!is_data && op > `OP_ADDP) || (is_data && bad_dt)) ? `E_OPCODE
         : (is_data && (fd[5:4] == `K_SRF || bad_acc(fd[5:2]) || bad_acc(fa[5:2])
                        || (use_b && bad_acc(fb[5:2])) || (use_c && bad_acc(fc[5:2])))) ? `E_REG
         : ((bb && fb[2:0] != rp) || (bc && fc[2:0] != rp)) ? `E_OPERAND
@@ -201,7 +209,7 @@ module pim_unit #(
                         `K_BANK: vc = b_rdata[32*g +: 32];
                         default: vc = acc[fc[1:0]];
                     endcase
-                    vy = lane_op(lop, va, vb, vc);
+                    vy = lane_op(lop, dt, va, vb, vc);
                     case (fd[5:4])
                         `K_GRF:  grf[fd[3:0]] <= vy;
                         `K_ACC:  acc[fd[1:0]] <= vy;

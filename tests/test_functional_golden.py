@@ -10,7 +10,8 @@ from pimrt.pim.asm import assemble
 from pimrt.pim.errors import PimCycleCapError, PimFaultError
 from pimrt.pim.golden import GoldenBackend
 
-DATA_OPS = ["MOV", "ADD", "SUB", "MUL", "MAD", "MAX", "CMPGT", "SEL"]
+DATA_OPS = ["MOV", "ADD", "SUB", "MUL", "MAD", "MAX", "CMPGT", "SEL", "FMA", "ADD.f16",
+            "MAD.bf16", "MAX.f16", "SEL.bf16", "CVTLO.f16", "CVTHI.bf16", "CVTPK.f16"]
 
 
 def _same(a, b):
@@ -29,7 +30,7 @@ def _random_instr(rng, in_inner: bool) -> str:
     if r < 0.33:
         return "NOP"
     name = rng.choice(DATA_OPS)
-    n_src = len(isa.OPCODES[name][2]) - 1
+    n_src = len(isa.OPCODES[name.split('.')[0]][2]) - 1
     p = rng.integers(0, 4)
 
     def src():
@@ -75,7 +76,7 @@ def _kernel_like_nest(rng) -> str:
     copy = ["MOV G0, B[p0+]"]
     for _ in range(rng.integers(1, 4)):
         name = rng.choice(DATA_OPS)
-        n_src = len(isa.OPCODES[name][2]) - 1
+        n_src = len(isa.OPCODES[name.split('.')[0]][2]) - 1
         srcs = ", ".join(rng.choice(["G0", "G2", "G3", "S1", "B[p1+]", "G1"][:5 + len(copy) // 2])
                          for _ in range(n_src))
         copy.append(f"{name} {rng.choice(['G1', 'B[p2+]'])}, {srcs}")

@@ -87,3 +87,24 @@ def test_bench_baseline_and_op_costs(tmp_path, capsys):
     assert cli.main(["bench", "pim_ops", "--lanes", "8", "--clocks", "3000"]) == 0
     text = capsys.readouterr().out
     assert all(f"\n{name:12s}" in text for name in ("NOP", "MAD", "ADD A (sum)"))
+
+
+def test_bench_pim16_runs_and_checks_its_arguments(tmp_path, capsys):
+    """`pimrt bench pim16`: a row per op, dtype and lane count, the exact cycles per element,
+    RTL == golden; bad --ops / --dtypes are errors before any build."""
+    from pimrt.pim import testing
+    assert cli.main(["bench", "pim16", "--ops", "FOO"]) == 2
+    assert "--ops: no op 'FOO'" in capsys.readouterr().err
+    assert cli.main(["bench", "pim16", "--dtypes", "f8"]) == 2
+    assert "--dtypes: no dtype 'f8'" in capsys.readouterr().err
+    testing.skip_without_verilator()
+    out = tmp_path / "pim16.json"
+    assert cli.main(["bench", "pim16", "--lanes", "8", "--elements", "5000", "--ops", "ADD,WIDEN",
+                     "--json", str(out)]) == 0
+    r = {(x["op"], x["dtype"]): x for x in json.loads(out.read_text())["results"]}
+    assert set(r) == {("ADD", "f32"), ("ADD", "f16"), ("ADD", "bf16"), ("WIDEN", "f16"),
+                      ("WIDEN", "bf16")}
+    assert all(x["equal_to_golden"] for x in r.values())
+    half = r["ADD", "f16"]["cycles_per_element"] / r["ADD", "f32"]["cycles_per_element"]
+    assert abs(half - 0.5) < 0.01            # twice the elements a column (EXIT apart)
+    assert "== golden" in capsys.readouterr().out

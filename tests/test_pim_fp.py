@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from pimrt.pim import fp, isa, testing
 
 OPS = list(isa.LANE_OPS)
-ARITH = ["ADD", "SUB", "MUL", "MAD"]
+ARITH = ["ADD", "SUB", "MUL", "MAD", "FMA"]
 bits = st.integers(0, 2**32 - 1)
 column = st.lists(bits, min_size=8, max_size=8).map(lambda v: np.array(v, np.uint32))
 
@@ -60,6 +60,17 @@ def test_mad_rounds_twice():
     a = np.float32(1 + 2**-12)
     got = fp.mad(*(np.array([v], np.float32).view(np.uint32) for v in (a, a, np.float32(-1))))
     assert got.view(np.float32)[0] == np.float32(a * a) - np.float32(1)
+
+
+def test_fma_rounds_once():
+    """FMA: a*b + c exact, then one rounding (2^-11 + 2^-24 here; MAD's first rounding loses
+    the 2^-24), as torch.addcmul on CPU."""
+    a = np.float32(1 + 2**-12)
+    got = fp.fma(*(np.array([v], np.float32).view(np.uint32) for v in (a, a, np.float32(-1))))
+    assert got.view(np.float32)[0] == np.float32(2**-11 + 2**-24)
+    torch = pytest.importorskip("torch")
+    t = torch.tensor([float(a)])
+    assert torch.addcmul(torch.tensor([-1.0]), t, t).item() == 2**-11 + 2**-24
 
 
 # ---- RTL lanes (pyverilator) == golden ---------------------------------------------------
@@ -148,7 +159,7 @@ def test_unit_adder_every_alignment_and_cancellation(seed, top, far):
          | (rng.integers(0, 2, n).astype(np.uint32) << np.uint32(31))).astype(np.uint32)
     b = _neighbours(rng, a, rng.integers(0, far + 1, n).astype(np.uint32))
     c = _neighbours(rng, fp.mul(a, b), rng.integers(0, far + 1, n).astype(np.uint32))
-    for name in ("ADD", "SUB", "MAD", "MUL"):
+    for name in ("ADD", "SUB", "MAD", "MUL", "FMA"):
         got = testing.run_lane_op(drv, name, a, b, c)
         want = fp.apply(name, a, b, c)
         bad = np.flatnonzero(got != want)

@@ -7,6 +7,8 @@ Syntax, one instruction per line; `;` or `#` starts a comment; `name:` defines a
     LOOP  c0, top             ; counted loop on count register c0
     ADDP  p0 p1, -16          ; step pointers p0 and p1 by -16 columns
     JMP   top / NOP / EXIT
+    ADD.f16 G0, G0, B[p0+]    ; data ops take a dtype suffix: .f32 (default), .f16, .bf16
+    CVTLO.bf16 G1, G0         ; 16-bit conversions (.f16 or .bf16): CVTLO, CVTHI, CVTPK
 """
 from __future__ import annotations
 
@@ -83,10 +85,16 @@ def assemble(text: str) -> Program:
     for lineno, line in lines:
         where = f"line {lineno} ({line!r})"
         mnem, _, rest = line.partition(" ")
-        mnem = mnem.upper()
+        mnem, _, suffix = mnem.upper().partition(".")
         if mnem not in isa.OPCODES:
             raise PimAsmError(f"{where}: unknown instruction {mnem!r}")
         _, fmt, slots = isa.OPCODES[mnem]
+        dtype = isa.DTYPES.get(suffix.lower(), -1) if suffix else isa.F32
+        if dtype < 0 or (suffix and fmt != "data"):
+            raise PimAsmError(f"{where}: bad dtype suffix {suffix.lower()!r} on {mnem} (data ops "
+                              f"take .f32, .f16 or .bf16)")
+        if mnem in isa.CONVERSIONS and dtype == isa.F32:
+            raise PimAsmError(f"{where}: {mnem} needs a 16-bit dtype: {mnem}.f16 or {mnem}.bf16")
         args = _split(rest.strip())
         if fmt == "none":
             if args:
@@ -128,7 +136,7 @@ def assemble(text: str) -> Program:
             if len(ptrs) > 1:
                 raise PimAsmError(f"{where}: one instruction reads one bank column; it names "
                                   f"pointers {sorted(ptrs)}")
-            word = isa.encode_data(mnem, ops)
+            word = isa.encode_data(mnem, ops, dtype)
         words.append(word)
         source.append(line)
     return Program(tuple(words), tuple(source), labels)

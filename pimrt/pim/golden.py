@@ -125,8 +125,11 @@ def _moves_only(ins, off: list[int]) -> bool:
 
 def _is_fold(ins, srcs) -> bool:
     """Whether an instruction writing an accumulator folds into it as the vectorised loops can
-    replay: ADD acc, acc, x or MAD acc, a, b, acc with no other accumulator read."""
+    replay: ADD acc, acc, x or MAD acc, a, b, acc with no other accumulator read, in binary32
+    (a 16-bit fold is stepped)."""
     d = ins.d
+    if ins.dtype:
+        return False
     if ins.name == "ADD":
         others = [o for o in srcs if o != d]
         return len(others) == 1 and others[0].kind != isa.K_ACC
@@ -249,7 +252,7 @@ class GoldenBackend(Backend):
         if banks:
             self._read_col = self.bank[self.ptr[banks[0]]].copy()
             self.col_reads += 1
-        y = fp.apply(name, *[self._value(o) for o in srcs])
+        y = fp.apply(name, *[self._value(o) for o in srcs], dtype=ins.dtype)
         d = ins.d
         if d.kind == isa.K_GRF:
             self.grf[d.index] = y
@@ -419,7 +422,7 @@ class GoldenBackend(Backend):
                     term = fp.mul(val(ins.a), val(ins.b))
                 terms.setdefault(d.index, []).append(np.broadcast_to(term, (reps, L)))
                 continue
-            y = fp.apply(ins.name, *[val(o) for o in srcs])
+            y = fp.apply(ins.name, *[val(o) for o in srcs], dtype=ins.dtype)
             if d.kind == isa.K_GRF:
                 grf[d.index] = y
             else:
@@ -626,7 +629,7 @@ class GoldenBackend(Backend):
                         term = fp.mul(vals[0], vals[1])
                     terms.setdefault(fold, []).append(np.broadcast_to(term, shape))
                     continue
-                y = fp.apply(ins.name, *vals)
+                y = fp.apply(ins.name, *vals, dtype=ins.dtype)
                 r = _reg(ins.d)
                 if r is not None:
                     env[seg][r] = y

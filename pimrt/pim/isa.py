@@ -3,7 +3,9 @@ harness (hw/pim_defs.vh holds the same numbers; a test checks they agree).
 
 A command word is 32 bits:
     [31:27] opcode
-    data ops:  [26:21] dst  [20:15] a  [14:9] b  [8:3] c  (6-bit operand fields)
+    data ops:  [26:21] dst  [20:15] a  [14:9] b  [8:3] c  (6-bit operand fields),
+               [1:0] dtype (0 binary32, 1 binary16, 2 bfloat16; 16-bit elements two per
+               32-bit lane word), [2] reserved (0)
     JMP/LOOP:  [26:22] target pc, LOOP [21:20] loop counter
     ADDP:      [26:19] pointer mask, [15:0] signed step
 An operand field is [5:4] kind (0 GRF, 1 SRF, 2 bank, 3 ACC) and [3:0] index; for the bank
@@ -44,9 +46,25 @@ OPCODES: dict[str, tuple[int, str, tuple[str, ...]]] = {
     "CMPGE": (16, "data", ("d", "a", "b")),
     "CMPEQ": (17, "data", ("d", "a", "b")),
     "SEL":   (18, "data", ("d", "a", "b", "c")),
+    # 16-bit dtypes only: a lane word's low / high 16-bit element widened to binary32, and
+    # two binary32 words narrowed into one word's low (a) and high (b) halves
+    "CVTLO": (19, "data", ("d", "a")),
+    "CVTHI": (20, "data", ("d", "a")),
+    "CVTPK": (21, "data", ("d", "a", "b")),
+    # fused multiply-add: a*b + c rounded once (binary32; in 16 bits then narrowed)
+    "FMA":   (22, "data", ("d", "a", "b", "c")),
 }
 BY_CODE = {code: name for name, (code, _, _) in OPCODES.items()}
-LANE_OPS = {name: code - 8 for name, (code, fmt, _) in OPCODES.items() if fmt == "data"}
+CONVERSIONS = ("CVTLO", "CVTHI", "CVTPK")
+# lane ops of every dtype (the conversions apart), and all of them: name -> lane op number
+LANE_OPS = {name: code - 8 for name, (code, fmt, _) in OPCODES.items()
+            if fmt == "data" and name not in CONVERSIONS}
+ALL_LANE_OPS = {name: code - 8 for name, (code, fmt, _) in OPCODES.items() if fmt == "data"}
+
+# data dtypes (word bits [1:0]): the assembler's suffix (ADD.f16) -> number
+F32, F16, BF16 = 0, 1, 2
+DTYPES = {"f32": F32, "f16": F16, "bf16": BF16}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 # fault codes reported by the unit (err_code) and the golden model
 E_NONE, E_OPCODE, E_REG, E_OPERAND, E_ADDR, E_PC = range(6)
@@ -96,6 +114,7 @@ class Instr:
     counter: int
     mask: int
     step: int
+    dtype: int = 0      # data ops: word bits [2:0] (0..2 valid)
 
     @property
     def name(self) -> str | None:
@@ -121,12 +140,13 @@ def decode(word: int) -> Instr:
         d=Operand.decode((word >> 21) & 63), a=Operand.decode((word >> 15) & 63),
         b=Operand.decode((word >> 9) & 63), c=Operand.decode((word >> 3) & 63),
         target=(word >> 22) & 31, counter=(word >> 20) & 3, mask=(word >> 19) & 255, step=step,
+        dtype=word & 7,
     )
 
 
-def encode_data(name: str, ops: dict[str, Operand]) -> int:
+def encode_data(name: str, ops: dict[str, Operand], dtype: int = F32) -> int:
     code = OPCODES[name][0]
-    word = code << 27
+    word = (code << 27) | (dtype & 3)
     for slot, shift in (("d", 21), ("a", 15), ("b", 9), ("c", 3)):
         if slot in ops:
             word |= ops[slot].encode() << shift
@@ -159,6 +179,8 @@ def fault_of(ins: Instr, pc: int, ptr: list[int], depth: int) -> int:
         return E_OPCODE
     if fmt != "data":
         return E_NONE
+    if ins.dtype > BF16 or (ins.name in CONVERSIONS and ins.dtype == F32):
+        return E_OPCODE     # a reserved dtype, or a conversion without a 16-bit dtype
     used = ins.used()
     srcs = [getattr(ins, s) for s in used if s != "d"]
     if ins.d.kind == K_SRF or any(o.kind == K_ACC and o.index >= N_ACC for o in [ins.d, *srcs]):
@@ -187,4 +209,7 @@ def disassemble(word: int) -> str:
     if fmt == "addp":
         ptrs = " ".join(f"p{i}" for i in range(N_PTR) if ins.mask >> i & 1)
         return f"ADDP {{{ptrs}}}, {ins.step}"
-    return f"{ins.name} " + ", ".join(str(getattr(ins, s)) for s in ins.used())
+    if ins.dtype > BF16:
+        return f".word 0x{word:08x}  ; {ins.name} with reserved dtype bits {ins.dtype}"
+    suffix = f".{DTYPE_NAMES[ins.dtype]}" if ins.dtype else ""
+    return f"{ins.name}{suffix} " + ", ".join(str(getattr(ins, s)) for s in ins.used())

@@ -77,7 +77,8 @@ class LaneRtl:
         self.lanes = lanes
         self.sim = build_sim("pim_lane_array", {"LANES": lanes})
 
-    def compute(self, name: str, a, b=None, c=None) -> np.ndarray:
+    def compute(self, name: str, a, b=None, c=None, dtype: int = isa.F32) -> np.ndarray:
+        """Lane op `name` (isa.ALL_LANE_OPS) with dtype (isa.DTYPES) on 32-bit lane words."""
         a = np.asarray(a, np.uint32).ravel()
         b = np.zeros_like(a) if b is None else np.asarray(b, np.uint32).ravel()
         c = np.zeros_like(a) if c is None else np.asarray(c, np.uint32).ravel()
@@ -85,7 +86,8 @@ class LaneRtl:
         pad = (-n) % self.lanes
         a, b, c = (np.concatenate([v, np.zeros(pad, np.uint32)]) for v in (a, b, c))
         sim = self.sim
-        sim["op"] = isa.LANE_OPS[name]
+        sim["op"] = isa.ALL_LANE_OPS[name]
+        sim["dtype"] = dtype
         out = []
         for i in range(0, a.size, self.lanes):
             s = slice(i, i + self.lanes)

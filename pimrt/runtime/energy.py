@@ -31,7 +31,7 @@ import numpy as np
 
 PJ_TO_MJ = 1e-9
 #: lane instructions by the energy they cost (MOV, SEL: register file only)
-OP_KIND = {"ADD": "add", "SUB": "add", "MUL": "mul", "MAD": "fma", "MAX": "compare",
+OP_KIND = {"ADD": "add", "SUB": "add", "MUL": "mul", "MAD": "fma", "FMA": "fma", "MAX": "compare",
            "MIN": "compare", "CMPGT": "compare", "CMPGE": "compare", "CMPEQ": "compare"}
 FLOPS_PER_OP = {"add": 1, "mul": 1, "fma": 2, "compare": 1}
 PARTS = ("host", "dram", "pim", "io")
