@@ -32,6 +32,7 @@ PHASES = [
     ("pimrt.runtime.timing", "pipelined_schedule", "planning"),
     ("pimrt.runtime.schedule", "build_schedule", "planning"),
     ("pimrt.runtime.work", "task_records", "streams"),
+    ("pimrt.runtime.timing", "task_stream", "streams"),     # a generator: each step charged
     ("pimrt.memctl.controller", "Controller.feed", "memctl"),
     ("pimrt.memctl.controller", "Controller.finish", "memctl"),
     ("pimrt.memctl.controller", "Controller.__init__", "memctl"),
@@ -49,6 +50,7 @@ RUNS = [
 cpu = collections.Counter()        # (run, phase) -> CPU seconds, exclusive
 calls = collections.Counter()
 rss = {}                           # phase -> peak RSS (MiB) when it last ended
+rss_run = {}                       # (run, phase) -> the same
 py_peak = {}                       # phase -> peak traced Python memory (MiB)
 stack: list[list] = []             # [run, phase, started]
 runs: list[str] = []
@@ -76,7 +78,9 @@ def _leave():
     t = _now()
     _charge(t)
     run, phase, _ = stack.pop()
-    rss[phase] = max(rss.get(phase, 0), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss[phase] = max(rss.get(phase, 0), peak)
+    rss_run[(run, phase)] = max(rss_run.get((run, phase), 0), peak)
     if tracemalloc.is_tracing():
         py_peak[phase] = max(py_peak.get(phase, 0), tracemalloc.get_traced_memory()[1] / 2**20)
     if stack:
@@ -93,6 +97,24 @@ def _wrap_phase(fn, phase):
             return fn(*a, **k)
         finally:
             _leave()
+    return inner
+
+
+def _wrap_generator(fn, phase):
+    @functools.wraps(fn)
+    def inner(*a, **k):
+        run = runs[-1] if runs else "-"
+        it = fn(*a, **k)
+        while True:
+            _enter(run, phase)
+            calls[(run, phase)] += 1
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            finally:
+                _leave()
+            yield item
     return inner
 
 
@@ -136,8 +158,10 @@ def main(argv=None) -> int:
     import pimrt.runtime.report  # noqa: F401
     import pimrt.runtime.session  # noqa: F401
     import pimrt.runtime.functional  # noqa: F401
+    import inspect
     for module, path, phase in PHASES:
-        _patch(module, path, lambda fn, ph=phase: _wrap_phase(fn, ph))
+        _patch(module, path, lambda fn, ph=phase: (_wrap_generator if inspect.isgeneratorfunction(
+            fn) else _wrap_phase)(fn, ph))
     for module, path, name_of in RUNS:
         _patch(module, path, lambda fn, n=name_of: _wrap_run(fn, n))
     if args.tracemalloc:
@@ -161,10 +185,11 @@ def main(argv=None) -> int:
     for phase, s in by_phase.most_common():
         print(f"{phase:<12}{s:>8.1f}{s / max(total, 1e-9):>7.0%}{rss.get(phase, 0):>9.0f}"
               + (f"{py_peak.get(phase, 0):>8.0f}" if args.tracemalloc else ""))
-    print(f"\n{'run':<14}{'phase':<12}{'CPU s':>8}{'calls':>7}")
+    print(f"\n{'run':<14}{'phase':<12}{'CPU s':>8}{'calls':>7}{'RSS MiB':>9}")
     for (run, phase), s in sorted(cpu.items(), key=lambda kv: -kv[1]):
         if s >= 0.05:
-            print(f"{run:<14}{phase:<12}{s:>8.1f}{calls.get((run, phase), 0):>7}")
+            print(f"{run:<14}{phase:<12}{s:>8.1f}{calls.get((run, phase), 0):>7}"
+                  f"{rss_run.get((run, phase), 0):>9.0f}")
     return rc
 
 
