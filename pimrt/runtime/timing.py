@@ -292,12 +292,26 @@ def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
                     host_times=None) -> dict:
     """Every task's duration when it has the memory to itself: the schedule run through
     memctl with a barrier whenever the side changes (host and PIM never at once); task_key
-    -> cycles. exchange: the ExchangeConfig of a GradSA schedule (default: the SGD update)."""
+    -> cycles. exchange: the ExchangeConfig of a GradSA schedule (default: the SGD update).
+    Kept for the same tasks' next call (the slack rule and the bound without a plan)."""
     from pimrt.runtime.plan import task_key
+    key = (repr(schedule.tasks), schedule.groups, _part_key(part), str(host_part), issue_width,
+           repr(exchange.as_dict()) if exchange is not None else None,
+           hash(frozenset(host_times.items())) if host_times else None)
+    for g, k, result in _ALONE:
+        if g is graph and k == key:
+            return dict(result)
     alone = time_schedule(dataclasses.replace(schedule, pipelined=False), graph, part,
                           host_part, "serial", issue_width, progress, exchange=exchange,
                           host_times=host_times)
-    return {task_key(t): int(alone.end[t.id]) - int(alone.start[t.id]) for t in schedule.tasks}
+    result = {task_key(t): int(alone.end[t.id]) - int(alone.start[t.id])
+              for t in schedule.tasks}
+    _ALONE.append((graph, key, result))
+    del _ALONE[:-4]
+    return dict(result)
+
+
+_ALONE: list = []       # the last few alone_durations: (graph, key, durations)
 
 
 _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
