@@ -292,26 +292,44 @@ def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
                     host_times=None) -> dict:
     """Every task's duration when it has the memory to itself: the schedule run through
     memctl with a barrier whenever the side changes (host and PIM never at once); task_key
-    -> cycles. exchange: the ExchangeConfig of a GradSA schedule (default: the SGD update).
-    Kept for the same tasks' next call (the slack rule and the bound without a plan)."""
+    -> cycles. exchange: the ExchangeConfig of a GradSA schedule (default: the SGD update)."""
     from pimrt.runtime.plan import task_key
-    key = (repr(schedule.tasks), schedule.groups, _part_key(part), str(host_part), issue_width,
-           repr(exchange.as_dict()) if exchange is not None else None,
-           hash(frozenset(host_times.items())) if host_times else None)
-    for g, k, result in _ALONE:
-        if g is graph and k == key:
-            return dict(result)
     alone = time_schedule(dataclasses.replace(schedule, pipelined=False), graph, part,
                           host_part, "serial", issue_width, progress, exchange=exchange,
                           host_times=host_times)
-    result = {task_key(t): int(alone.end[t.id]) - int(alone.start[t.id])
-              for t in schedule.tasks}
-    _ALONE.append((graph, key, result))
-    del _ALONE[:-4]
-    return dict(result)
+    return {task_key(t): int(alone.end[t.id]) - int(alone.start[t.id]) for t in schedule.tasks}
 
 
-_ALONE: list = []       # the last few alone_durations: (graph, key, durations)
+def _kept_per_graph(fn):
+    """fn(schedule, graph, part, ...) kept for the graph's same tasks and arguments (the
+    last few calls; progress aside): the slack rule and the bound of an unplanned step
+    (--layrub, --no-plan) ask for the same tasks' durations alone."""
+    import functools
+    import inspect
+    signature, kept = inspect.signature(fn), []
+
+    @functools.wraps(fn)
+    def inner(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = dict(bound.arguments)
+        schedule, graph, part = given.pop("schedule"), given.pop("graph"), given.pop("part")
+        given.pop("progress", None)
+        key = (repr(schedule.tasks), schedule.groups,
+               part if isinstance(part, str) else _part_key(part),
+               repr(sorted((k, v.as_dict() if hasattr(v, "as_dict") else v)
+                           for k, v in given.items())))
+        for g, k, result in kept:
+            if g is graph and k == key:
+                return dict(result)
+        result = fn(*args, **kwargs)
+        kept.append((graph, key, result))
+        del kept[:-4]
+        return dict(result)
+    return inner
+
+
+alone_durations = _kept_per_graph(alone_durations)
 
 
 _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
