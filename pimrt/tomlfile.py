@@ -3,6 +3,7 @@ it can fail: not TOML, not readable, not text, nested deeper than the parser fol
 longer than Python converts. `too_deep` and `too_long` also serve pimrt/jsonfile.py."""
 from __future__ import annotations
 
+import copy
 import pathlib
 import re
 import sys
@@ -11,11 +12,19 @@ import tomllib
 from pimrt.errors import ConfigError
 
 
+_PARSED: dict[bytes, dict] = {}    # a file's bytes -> its tables (parts are read often)
+
+
 def read_toml(path) -> dict:
     path = pathlib.Path(path)
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read()
+        if data not in _PARSED:
+            if len(_PARSED) >= 64:
+                _PARSED.clear()
+            _PARSED[data] = tomllib.loads(data.decode("utf-8"))
+        return copy.deepcopy(_PARSED[data])
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError:

@@ -48,9 +48,8 @@ MUTANTS = [
            "    makespan = int(list_schedule(schedule, duration)[0] * 1.05)\n",
            why="the contention-free bound multiplied by 1.05"),
     Mutant("gpu_only_idle_20pct", "pimrt/runtime/work.py",
-           "    return np.concatenate([launch_records(fixed),\n",
-           "    return np.concatenate([launch_records(\n"
-           "        fixed + math.ceil(0.2 * (fixed + floor))),\n",
+           "    yield launch_records(fixed)\n",
+           "    yield launch_records(fixed + math.ceil(0.2 * (fixed + floor)))\n",
            why="GPU-only given an idle of 20% of each memory-bound kernel before it"),
     Mutant("gpu_only_no_queue_depth", "pimrt/runtime/timing.py",
            '    if policy == "gpu_only":\n        p = step_part(part, host_part)\n',

@@ -511,10 +511,14 @@ class StreamBuilder:
         tot = nl + nr + no
         start = np.cumsum(tot) - tot
         u = np.repeat(np.arange(nunits, dtype=np.int64), tot)
-        local = np.arange(len(out), dtype=np.int64) - start[u]
-        part = np.where(local < nl[u], 0, np.where(local < (nl + nr)[u], 1, 2))
-        base = np.choose(part, [np.zeros_like(local), nl[u], (nl + nr)[u]])
-        size = np.choose(part, [nl[u], nr[u], no[u]])
+        local = np.arange(len(out), dtype=np.int64) - np.repeat(start, tot)
+        # each element's part of its CTA (0 loads, 1 output reads, 2 output writes), where
+        # that part starts in the CTA and its size (per-CTA values repeated, not gathered)
+        nl_u, nlr_u = np.repeat(nl, tot), np.repeat(nl + nr, tot)
+        loads, reads = local < nl_u, local < nlr_u
+        part = np.where(loads, 0, np.where(reads, 1, 2))
+        base = np.where(loads, 0, np.where(reads, nl_u, nlr_u))
+        size = np.where(loads, nl_u, np.where(reads, np.repeat(nr, tot), np.repeat(no, tot)))
         # a CTA's contiguous runs stay whole (each an A row segment or a weight block: one
         # burst of line fills); the runs of a wave's CTAs alternate by K-loop progress
         addr = out["addr"].astype(np.int64)

@@ -16,7 +16,7 @@ from pimrt.graph import LayerGraph
 from pimrt.memctl import load_part
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import Schedule, build_schedule
-from pimrt.runtime.work import context, task_records
+from pimrt.runtime.work import context, task_blocks
 from pimrt.runtime.authority import layer_parameters, slack_parameters
 from pimrt.runtime.authority_rules import AUTHORITY_RULES, DEFAULT_AUTHORITY_RULE  # noqa: F401
 from pimrt.trace.records import (BARRIER, COMPUTE, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ,
@@ -121,9 +121,10 @@ def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | N
                 slack: dict | None = None):
     """Yield record arrays: for each task, WAITs for its dependencies (their data must have
     landed: requests completed, not just offered), a SIGNAL at its start (event 2 id), its
-    work, a SIGNAL at its end (event 2 id + 1). With rule, each host CONV/linear task first
-    sets the authority parameters for its traits, or, with slack ((slack, duration alone)
-    per task id: the slack rule), for whether the step waits for it."""
+    work (in blocks: pimrt.runtime.work.task_blocks), a SIGNAL at its end (event 2 id + 1).
+    With rule, each host CONV/linear task first sets the authority parameters for its traits,
+    or, with slack ((slack, duration alone) per task id: the slack rule), for whether the step
+    waits for it."""
     last_side = None
     for t in schedule.tasks:
         who = HOST if t.side == "host" else PIM
@@ -131,21 +132,23 @@ def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | N
         if not schedule.pipelined and last_side not in (None, t.side):
             parts.append(_marker(BARRIER, who, 0))  # serial: the other side's work is done
         last_side = t.side
-        work = task_records(t, ctx)
+        work = task_blocks(t, ctx)
         if rule and t.side == "host" and t.kind in ("conv", "linear"):
             if slack is not None:
                 parts.append(_params(slack_parameters(ctx.part, *slack[t.id])))
             else:
-                nreq = int((work["op"] <= WRITE).sum())
-                compute = int(work["value"][(work["op"] == DELAY)
-                                            | (work["op"] == COMPUTE)].sum())
+                work = list(work)
+                nreq = sum(int((w["op"] <= WRITE).sum()) for w in work)
+                compute = sum(int(w["value"][(w["op"] == DELAY) | (w["op"] == COMPUTE)].sum())
+                              for w in work)
                 parts.append(_params(layer_parameters(ctx.part, nreq, compute)))
         parts.append(_marker(SIGNAL, who, 2 * t.id))
-        parts.append(work)
-        parts.append(_marker(SIGNAL, who, 2 * t.id + 1))
-        if transfers and t.id in transfers:
-            parts.append(_dma(transfers[t.id]))
         yield np.concatenate(parts)
+        yield from work
+        end = [_marker(SIGNAL, who, 2 * t.id + 1)]
+        if transfers and t.id in transfers:
+            end.append(_dma(transfers[t.id]))
+        yield np.concatenate(end)
 
 
 def group_rule(part, host_part, groups: int = 4):
@@ -351,6 +354,38 @@ def marginal(start: np.ndarray, end: np.ndarray) -> list[int]:
     return out
 
 
+def _kept_per_graph(fn):
+    """fn(schedule, graph, part, ...) kept for the graph's same tasks and arguments (the
+    last few calls; progress aside): the slack rule and the bound of an unplanned step
+    (--layrub, --no-plan) ask for the same tasks' durations alone."""
+    import functools
+    import inspect
+    signature, kept = inspect.signature(fn), []
+
+    @functools.wraps(fn)
+    def inner(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = dict(bound.arguments)
+        schedule, graph, part = given.pop("schedule"), given.pop("graph"), given.pop("part")
+        given.pop("progress", None)
+        key = (repr(schedule.tasks), schedule.groups,
+               part if isinstance(part, str) else _part_key(part),
+               repr(sorted((k, v.as_dict() if hasattr(v, "as_dict") else v)
+                           for k, v in given.items())))
+        for g, k, result in kept:
+            if g is graph and k == key:
+                return dict(result)
+        result = fn(*args, **kwargs)
+        kept.append((graph, key, result))
+        del kept[:-4]
+        return dict(result)
+    return inner
+
+
+alone_durations = _kept_per_graph(alone_durations)
+
+
 _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
 
 
@@ -529,23 +564,30 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
 
 
 def _run(ctl, stream, progress=None) -> int:
-    """Feed a stream of record arrays to the controller in chunks of about FEED_RECORDS and
-    finish the run; returns the number of records."""
-    buf, size, total = [], 0, 0
-    for recs in stream:
-        buf.append(recs)
-        size += len(recs)
-        if size >= FEED_RECORDS:
-            ctl.feed(np.concatenate(buf))
-            total += size
-            if progress:
-                progress(size)
-            buf, size = [], 0
-    if buf:
-        ctl.feed(np.concatenate(buf))
-        total += size
+    """Feed a stream of record arrays to the controller in chunks of about FEED_RECORDS
+    (small arrays gathered in one buffer, large ones fed as they come) and finish the run;
+    returns the number of records."""
+    buf = np.empty(FEED_RECORDS, RECORD_DTYPE)
+    size = total = 0
+
+    def feed(recs) -> None:
+        nonlocal total
+        ctl.feed(recs)
+        total += len(recs)
         if progress:
-            progress(size)
+            progress(len(recs))
+    for recs in stream:
+        n = len(recs)
+        if size and (size + n > FEED_RECORDS or n >= FEED_RECORDS // 4):
+            feed(buf[:size])
+            size = 0
+        if n >= FEED_RECORDS // 4:
+            feed(recs)
+        else:
+            buf[size:size + n] = recs
+            size += n
+    if size:
+        feed(buf[:size])
     ctl.finish()
     return total
 

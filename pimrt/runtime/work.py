@@ -32,6 +32,7 @@ from pimrt.trace.records import COMPUTE, DELAY, HOST, PIM, READ, RECORD_DTYPE, S
 
 HOST_BATCH = 128   # requests between two compute delays
 PIM_BATCH = 64
+BLOCK_REQUESTS = 1 << 18   # requests a block of a task's records holds (its stream in blocks)
 
 # PIM kernels per (kind, phase): the unit's programs (pimrt.pim.kernels) a task runs, one after
 # another, each with its streams (pimrt.pim.access.kernel_streams) bound to the task's tensors
@@ -199,38 +200,86 @@ def _records(n: int) -> np.ndarray:
     return np.zeros(n, RECORD_DTYPE)
 
 
+def _whole(blocks) -> np.ndarray:
+    """Blocks of records as one array."""
+    blocks = list(blocks)
+    if not blocks:
+        return _records(0)
+    return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+
+
 def _interleave(addr: np.ndarray, op: np.ndarray, requestor: int, compute: int,
                 batch: int, overlap: bool = False) -> np.ndarray:
     """Requests in batches, each followed by a DELAY with its share of `compute` cycles.
     overlap: each batch preceded by a COMPUTE with its share instead: the batch issues while
     it computes (a GPU's SMs compute while their loads are in flight), so a batch costs
-    max(its compute, its issue) rather than their sum."""
+    max(its compute, its issue) rather than their sum. (interleave_blocks: the same records
+    in blocks.)"""
+    blocks = list(interleave_blocks(addr, op, requestor, compute, batch, overlap,
+                                    len(addr) + batch))
+    return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+
+
+def interleave_blocks(addr: np.ndarray, op: np.ndarray, requestor: int, compute: int,
+                      batch: int, overlap: bool = False, block: int | None = None):
+    """_interleave's records in blocks of whole batches, about `block` (BLOCK_REQUESTS)
+    requests each, so a task's records are never held whole."""
     n = len(addr)
+    block = block or BLOCK_REQUESTS
     nb = max(1, -(-n // batch)) if compute > 0 else 0
     # a DELAY record holds 32 bits: a compute time its batches' DELAYs cannot hold gets more
     # DELAYs, one after another at the end (their sum is the same wait)
     extra = max(0, -(-compute // (2**32 - 1)) - nb) if nb else 0
-    out = _records(n + nb + extra)
     if nb == 0:
-        out["addr"], out["op"], out["requestor"] = addr, op, requestor
-        return out
-    idx = np.arange(n)
-    pos = idx + idx // batch + (1 if overlap else 0)   # a marker after (before) every batch
-    out["addr"][pos], out["op"][pos], out["requestor"][pos] = addr, op, requestor
-    if overlap:
-        dpos = np.arange(nb) * (batch + 1)
-    else:
-        dpos = np.minimum(np.arange(1, nb + 1) * (batch + 1) - 1, n + nb - 1)
-    if extra:
-        dpos = np.concatenate([dpos, np.arange(n + nb, n + nb + extra)])
+        for a0 in range(0, n, max(block, 1)):
+            out = _records(min(n, a0 + block) - a0)
+            out["addr"], out["op"], out["requestor"] = addr[a0:a0 + block], \
+                op[a0:a0 + block], requestor
+            yield out
+        if n == 0:
+            yield _records(0)
+        return
     share = np.full(nb + extra, compute // (nb + extra), dtype=np.int64)
     share[: compute % (nb + extra)] += 1
     if share[0] >= 2**32:  # (cannot happen: the extra DELAYs above)
         raise ConfigError(f"a compute time of {compute} cycles does not fit its DELAY records")
-    out["op"][dpos] = COMPUTE if overlap else DELAY
-    out["requestor"][dpos] = requestor
-    out["value"][dpos] = share
-    return out
+    marker = COMPUTE if overlap else DELAY
+    step = max(1, block // batch)              # batches a block
+    for b0 in range(0, nb, step):
+        b1 = min(nb, b0 + step)
+        a0, a1 = b0 * batch, min(n, b1 * batch)
+        out = _records(a1 - a0 + b1 - b0)
+        _lay_out(out, addr[a0:a1], op[a0:a1], requestor, batch, overlap)
+        # the markers: before each batch, or after it (a last short batch's at the end)
+        idx = np.arange(b1 - b0) * (batch + 1) if overlap else \
+            np.minimum(np.arange(1, b1 - b0 + 1) * (batch + 1) - 1, len(out) - 1)
+        out["op"][idx], out["requestor"][idx], out["value"][idx] = marker, requestor, \
+            share[b0:b1]
+        yield out
+    if extra:
+        out = _records(extra)
+        out["op"], out["requestor"], out["value"] = marker, requestor, share[nb:]
+        yield out
+
+
+def _lay_out(out: np.ndarray, addr, op, requestor: int, batch: int, marker_first: bool):
+    """Write requests into `out` in batches of `batch`, leaving one record free before
+    (marker_first) or after each batch for its marker."""
+    n = len(addr)
+    full = n // batch
+    w = batch + 1
+    if full:
+        grid = out[:full * w].reshape(full, w)
+        cols = slice(1, None) if marker_first else slice(0, batch)
+        grid["addr"][:, cols] = addr[:full * batch].reshape(full, batch)
+        grid["op"][:, cols] = op[:full * batch].reshape(full, batch)
+        grid["requestor"][:, cols] = requestor
+    rest = n - full * batch
+    if rest:
+        at = full * w + (1 if marker_first else 0)
+        tail = out[at:at + rest]
+        tail["addr"], tail["op"], tail["requestor"] = addr[full * batch:], op[full * batch:], \
+            requestor
 
 
 def launch_records(cycles: int, requestor: int = HOST) -> np.ndarray:
@@ -301,6 +350,11 @@ def host_kernel(task: Task, graph: LayerGraph) -> tuple[str, str, int, int, int]
 
 
 def host_records(task: Task, ctx: Context) -> np.ndarray:
+    return _whole(host_blocks(task, ctx))
+
+
+def host_blocks(task: Task, ctx: Context):
+    """A host task's records, in blocks (host_records: all of them)."""
     g, pl = ctx.graph, ctx.placement
     layer = g[task.layer] if task.layer in g else None
     if task.kind in ("conv", "linear"):
@@ -337,13 +391,16 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
                 wa, wo = _stream_lines(start, part_bytes, WRITE)
                 addr = np.concatenate([addr, ca, wa])
                 op = np.concatenate([op, co, wo])
-        return np.concatenate([launch_records(overhead),
-                               _interleave(addr, op, HOST, compute - overhead, HOST_BATCH,
-                                           overlap=True)])
+        yield launch_records(overhead)
+        yield from interleave_blocks(addr, op, HOST, compute - overhead, HOST_BATCH,
+                                     overlap=True)
+        return
     if task.kind in ("fetch", "evict", "sample", "exchange"):
-        return exchange_records(task, ctx)
+        yield exchange_records(task, ctx)
+        return
     if (task.kind, task.phase) in GPU_KERNELS:
-        return gpu_records(task, ctx)
+        yield from gpu_blocks(task, ctx)
+        return
     # streaming host work: loss, dropout, pools the PIM cannot do, unsupported ops
     parts = []
     for role, (tensor, nbytes) in task.tensors.items():
@@ -358,10 +415,10 @@ def host_records(task: Task, ctx: Context) -> np.ndarray:
         if task.kind == "loss":  # writes the logits' gradient
             parts.append(_stream_lines(pl["grad:" + tensor].base, region.nbytes, WRITE))
     if not parts:
-        return _records(0)
+        return
     addr = np.concatenate([p[0] for p in parts])
     op = np.concatenate([p[1] for p in parts])
-    return streaming_kernel(addr, op, ctx)
+    yield from streaming_blocks(addr, op, ctx)
 
 
 #: tensors one launch of torch's multi-tensor SGD (foreach, the default on CUDA) updates: its
@@ -376,21 +433,30 @@ def streaming_kernel(addr: np.ndarray, op: np.ndarray, ctx: Context,
     layer's part of a multi-tensor kernel), then its requests paced so that it moves no more
     than a streaming kernel reaches on this memory (the host part's stream_fraction of the
     part's peak bandwidth); memctl may make it slower, never faster."""
+    return _whole(streaming_blocks(addr, op, ctx, launches))
+
+
+def streaming_blocks(addr: np.ndarray, op: np.ndarray, ctx: Context, launches: float = 1.0):
+    """streaming_kernel's records in blocks."""
     hp = ctx.host_part
     floor = len(addr) * ctx.part.request_bytes / (hp.stream_fraction
                                                   * ctx.part.peak_bandwidth_gbs) / ctx.tck
     fixed = math.ceil(launches * hp.kernel_overhead_s * 1e9 / ctx.tck - 1e-9)
-    return np.concatenate([launch_records(fixed),
-                           _interleave(addr, op, HOST, math.ceil(floor - 1e-9), HOST_BATCH,
-                                       overlap=True)])
+    yield launch_records(fixed)
+    yield from interleave_blocks(addr, op, HOST, math.ceil(floor - 1e-9), HOST_BATCH,
+                                 overlap=True)
 
 
 def gpu_records(task: Task, ctx: Context) -> np.ndarray:
+    return _whole(gpu_blocks(task, ctx))
+
+
+def gpu_blocks(task: Task, ctx: Context):
     """An op the PIM could run, run by the GPU instead (GPU_KERNELS): each kernel streams its
     share of every region it reads and writes, the streams interleaved line by line as a
     grid of thread blocks walks them; each pass a memory-bound kernel (streaming_kernel); the
-    SGD update as torch's multi-tensor kernels, a launch shared by FOREACH_TENSORS tensors."""
-    out = []
+    SGD update as torch's multi-tensor kernels, a launch shared by FOREACH_TENSORS tensors.
+    In blocks (gpu_records: all of them)."""
     launches = 1.0
     if (task.kind, task.phase) == ("update", "update"):    # torch's foreach SGD: one launch
         layer = ctx.graph[task.layer]                        # for FOREACH_TENSORS tensors
@@ -405,9 +471,8 @@ def gpu_records(task: Task, ctx: Context) -> np.ndarray:
             ops.append(o)
         order = np.argsort(np.concatenate([np.linspace(0, 1, len(a), endpoint=False)
                                            for a in addrs]), kind="stable")
-        out.append(streaming_kernel(np.concatenate(addrs)[order], np.concatenate(ops)[order],
-                                    ctx, launches))
-    return np.concatenate(out)
+        yield from streaming_blocks(np.concatenate(addrs)[order], np.concatenate(ops)[order],
+                                    ctx, launches)
 
 
 def exchange_records(task: Task, ctx: Context) -> np.ndarray:
@@ -487,12 +552,16 @@ def _region_for(task: Task, role: str, ctx: Context):
 
 
 def pim_records(task: Task, ctx: Context) -> np.ndarray:
+    return _whole(pim_blocks(task, ctx))
+
+
+def pim_blocks(task: Task, ctx: Context):
     """A PIM task's all-bank commands: each of its kernels' programs walked for one bank's
     share (pimrt.pim.access.bank_accesses: the DRAM columns the unit reads and writes, in
     program order, as the RTL does), every access an all-bank command in every channel at
     that stream's row and column; when the units need more cycles than the commands (the
     program's exact cycle count at the part's lanes and clock) the stream pauses for the
-    difference."""
+    difference. In blocks (pim_records: all of them)."""
     from pimrt.errors import ConfigError
     from pimrt.pim import access
     from pimrt.pim.errors import PimError
@@ -503,7 +572,6 @@ def pim_records(task: Task, ctx: Context) -> np.ndarray:
     chans, cols = part.channel_count, part.columns_per_row
     banks = chans * ctx.pim_scope
     span = part.capacity_bytes // part.org["rows"]       # one row of every bank
-    out = []
     for kernel, roles in kernels:
         work = bank_work(kernel, task, ctx)
         try:
@@ -529,8 +597,7 @@ def pim_records(task: Task, ctx: Context) -> np.ndarray:
         op = np.repeat(np.where(acc["rw"] == access.WRITE, WRITE, READ).astype(np.uint8),
                        chans)
         memory = n * ctx.pim_column_cycles
-        out.append(_interleave(addr, op, PIM, int(max(0.0, compute - memory)), PIM_BATCH))
-    return np.concatenate(out)
+        yield from interleave_blocks(addr, op, PIM, int(max(0.0, compute - memory)), PIM_BATCH)
 
 
 def _role_region(task: Task, role: str, ctx: Context):
@@ -541,4 +608,10 @@ def _role_region(task: Task, role: str, ctx: Context):
 
 
 def task_records(task: Task, ctx: Context) -> np.ndarray:
-    return host_records(task, ctx) if task.side == "host" else pim_records(task, ctx)
+    return _whole(task_blocks(task, ctx))
+
+
+def task_blocks(task: Task, ctx: Context):
+    """A task's records in blocks of about BLOCK_REQUESTS requests (what memctl is fed: a
+    task's stream is never held whole)."""
+    return host_blocks(task, ctx) if task.side == "host" else pim_blocks(task, ctx)
