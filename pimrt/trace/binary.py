@@ -1,7 +1,8 @@
 """pimrt's binary trace (`--format npy`): a numpy `.npy` file holding a 1-D array of
 RECORD_DTYPE, read memory-mapped chunk by chunk; the layer names live beside it in
 `FILE.layers.json` (for `conv.npy`: `conv.npy.layers.json`; `conv.layers.json` is read too),
-a JSON list indexed by a LAYER record's value.
+a JSON list indexed by a LAYER record's value (or an object whose "layers" is that list and
+"meta" the run that wrote it: pimrt.trace.step).
 
 Writer appends chunks to an open file and fixes the header's length on close, so a trace of any
 size is written without holding it in memory:
@@ -64,6 +65,8 @@ def read_layer_names(path: pathlib.Path, display: str) -> list[str] | None:
         err.path, err.line, err.field = str(side), None, "layers"
         return err
     names = read_json(side, error)
+    if isinstance(names, dict) and "layers" in names:   # a step trace's (pimrt.trace.step)
+        names = names["layers"]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise tp.trace_error(str(side), None, "layers", "must be a JSON list of strings")
     return names

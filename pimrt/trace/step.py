@@ -1,0 +1,108 @@
+"""A timed training step's memctl stream written as it is fed (`pimrt run --save-trace`):
+every record the run gives memctl, in its order, plus a LAYER marker wherever the task's
+layer and phase change (markers cost memctl nothing), in pimrt's binary format; the sidecar
+(`FILE.layers.json`) holds the layer names and the run (`meta`: model, batch, part, policy,
+issue width, code fingerprint, the run's cycles). docs/traces.md.
+
+    sink = StepTrace("step.npy", {"model": "resnet18", "batch": 32})
+    time_step(graph, "authority", sink=sink)     # written while memctl runs
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+from pimrt.trace import binary
+
+FORMAT = "pimrt step trace 1"
+# the window of a timed step (Options.window None: the cursors may drift any distance apart)
+UNLIMITED_WINDOW = 2**62 - 1
+
+
+def part_ref(part) -> dict:
+    """The part as its name (a shipped one) or file, and the keys where the run's part differs
+    from what that loads to (the host's deeper queue: with_host_buffering; a sweep's set.*)."""
+    from pimrt.memctl.config import PARTS_DIR, load_part
+    shipped = part.path is not None and pathlib.Path(part.path).parent == PARTS_DIR
+    source = (pathlib.Path(part.path).stem if shipped else str(part.path)) if part.path \
+        else part.name
+    base = load_part(str(part.path) if part.path else part.name)
+    over = {}
+    for table in ("org", "timing", "controller", "pim", "power", "pim_energy"):
+        mine, theirs = getattr(part, table) or {}, getattr(base, table) or {}
+        over.update({f"{table}.{k}": v for k, v in mine.items() if theirs.get(k) != v})
+    return {"name": part.name, "source": source, "overrides": over,
+            "pim": part.pim is not None}
+
+
+class StepTrace:
+    """The sink time_schedule hands its record stream to (record): each task's records are
+    written before memctl gets them; close(stats) writes the sidecar with the run's figures."""
+
+    def __init__(self, path, meta: dict | None = None):
+        self.path = pathlib.Path(path)
+        self.meta = dict(meta or {})
+        self.writer = None
+        self.requests = {"host": 0, "pim": 0}
+
+    def options(self) -> dict:
+        """Extra memctl Options the sink needs of the run (none: it reads the stream only)."""
+        return {}
+
+    def record(self, stream, schedule, ctl):
+        """Yield `stream` (one record array per task of `schedule`) unchanged, writing it."""
+        from pimrt.sweep.code import fingerprint
+        self.writer = w = binary.Writer(self.path)
+        opts = ctl.options
+        self.meta.update({"format": FORMAT, "policy": opts.policy,
+                          "issue_width": opts.issue_width,
+                          "window": opts.window if opts.window is not None else None,
+                          "part": part_ref(ctl.part), "code": fingerprint()["fingerprint"],
+                          "code_files": fingerprint()["files"]})
+        last = None
+        for task, recs in zip(schedule.tasks, stream):
+            name = f"{task.layer}:{task.phase}"
+            if name != last:
+                w.write(w.layer_marker(name))
+                last = name
+            w.write(recs)
+            req = recs["op"] <= 1
+            n = int(req.sum())
+            pim = int((recs["requestor"][req] == 1).sum()) if n else 0
+            self.requests["host"] += n - pim
+            self.requests["pim"] += pim
+            yield recs
+
+    def close(self, ctl=None) -> None:
+        """Fix the file's header and write the sidecar (with the run's figures when given the
+        controller that ran it)."""
+        if self.writer is None:
+            return
+        stats = ctl.stats() if ctl is not None else None
+        names = list(self.writer.layer_names)
+        self.writer.layer_names = []       # (the sidecar is this object's, below)
+        self.writer.close()
+        if stats is not None:
+            self.meta["run"] = {k: stats[k] for k in ("cycles", "mode_switches", "requests",
+                                                      "records")}
+            self.meta["run"]["requestors"] = {
+                who: {k: r[k] for k in ("requests", "bytes", "latency_sum", "row_hits")}
+                for who, r in stats["requestors"].items()}
+        self.meta["requests"] = dict(self.requests)
+        self.meta["records"] = self.writer.count
+        side = binary.sidecar_path(self.path)
+        side.write_text(json.dumps({"layers": names, "meta": self.meta}, indent=0) + "\n",
+                        encoding="utf-8")
+
+
+def read_meta(path) -> dict | None:
+    """The run a trace was written by (its sidecar's meta), or None (no sidecar, or a plain
+    list of layer names)."""
+    side = binary._find_sidecar(pathlib.Path(path))
+    if side is None:
+        return None
+    from pimrt.jsonfile import read_json
+    from pimrt.errors import TraceError
+    data = read_json(side, lambda msg: TraceError(f"{side}: {msg}"))
+    return data.get("meta") if isinstance(data, dict) else None
+
