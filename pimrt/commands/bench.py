@@ -13,6 +13,8 @@ def register(subparsers) -> None:
     sub = parser.add_subparsers(dest="bench", metavar="BENCH")
     sub.required = True
     for info in sorted(pkgutil.iter_modules(bench.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):      # a benchmark's helper module
+            continue
         module = importlib.import_module(f"pimrt.bench.{info.name}")
         # HELP is plain text: argparse %-formats a help string ("within 5%" would not render)
         p = sub.add_parser(info.name, help=module.HELP.replace("%", "%%"),
