@@ -76,6 +76,7 @@ def _open_array(path: pathlib.Path, display: str) -> np.ndarray:
     """The file's records as a memory map, for its header (dtype, shape, offset) only: the
     records are read through a file (read), as a map would end the process with SIGBUS at a
     page the file lost after it was opened (truncated while read)."""
+    _check_length(path, display)
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -90,6 +91,33 @@ def _open_array(path: pathlib.Path, display: str) -> np.ndarray:
             raise tp.trace_error(display, None, None, f"dtype {arr.dtype} is not pimrt's "
                                  f"RECORD_DTYPE {_records.RECORD_DTYPE}")
     return arr
+
+
+def _check_length(path: pathlib.Path, display: str) -> None:
+    """A file shorter or longer than its header's records: truncated (where it ends), or one
+    whose writer did not finish (Writer fixes the count on close)."""
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as f:
+            version = fmt.read_magic(f)
+            shape, _, dtype = (fmt.read_array_header_1_0(f) if version == (1, 0)
+                               else fmt.read_array_header_2_0(f))
+            offset = f.tell()
+            size = f.seek(0, 2)
+    except (ValueError, OSError, EOFError):
+        return        # np.load names it
+    if len(shape) != 1 or not dtype.itemsize:
+        return
+    want, have = shape[0], (size - offset) // dtype.itemsize
+    if have < want:
+        raise tp.trace_error(display, None, None, f"truncated: its header gives {want:,} "
+                             f"records of {dtype.itemsize} bytes, the file ends at byte "
+                             f"{size:,}, in record {have + 1:,} (the last whole one "
+                             f"{have:,})")
+    if want == 0 and have > 0:
+        raise tp.trace_error(display, None, None, f"its header gives 0 records but "
+                             f"{have:,} follow: a trace whose writing did not finish (the "
+                             f"writer fixes the count when it closes)")
 
 
 def validate_chunk(chunk: np.ndarray, first: int, state: tp.ReadState,

@@ -48,14 +48,19 @@ def settings(meta: dict | None, config: str | None, policy: str | None,
     from pimrt.sweep.code import changes, fingerprint
     here = fingerprint()
     if meta.get("code") and meta["code"] != here["fingerprint"]:
-        notes.append(f"written by other code ({meta['code']}, here {here['fingerprint']}: "
+        notes.append(f"{CODE_NOTE} ({meta['code']}, here {here['fingerprint']}: "
                      f"{changes({'files': meta.get('code_files')}, here, 3)})")
     return part, policy or run_policy, issue_width or width, window, notes
 
 
+CODE_NOTE = "written by other code"
+
+
 def same_as_run(meta: dict | None, notes: list[str]) -> bool:
-    """Whether the replay should give the run's figures (a step trace replayed as written)."""
-    return bool(meta and meta.get("run") and not notes)
+    """Whether the replay is of the run as it was (a step trace on its part, policy and
+    width; other code may still give other figures, which check_line then says)."""
+    return bool(meta and meta.get("run")
+                and all(n.startswith(CODE_NOTE) for n in notes))
 
 
 def check_line(meta: dict, stats: dict) -> str:
