@@ -79,18 +79,18 @@ def test_other_policy_part_and_code_are_noted(graph, tmp_path, capsys):
     path = tmp_path / "a.npy"
     _write(graph, "authority", path)
     serial, out, err = _replay(path, capsys, "--policy", "serial")
-    assert err.strip() == ("note: replayed with policy serial, not the run's authority (the "
+    assert err.strip() == ("note: replayed under policy serial, not the run's authority (the "
                            "schedule, its order and authority parameters stay the run's)")
     assert "replay the same" not in out and serial["policy"] == "serial"
     _, _, err = _replay(path, capsys, "--config", "hbm2_pim")
-    assert "note: replayed with part HBM2_8Gb_x128_PIM, not the run's V100_HBM2_x4_PIM" in err
+    assert "note: replayed on part HBM2_8Gb_x128_PIM, not the run's V100_HBM2_x4_PIM" in err
     side = path.with_name(path.name + ".layers.json")
     data = json.loads(side.read_text())
     data["meta"]["code"] = "0" * 16
     data["meta"]["code_files"]["pimrt/__init__.py"] = "0" * 12
     side.write_text(json.dumps(data))
     again, out, err = _replay(path, capsys)
-    assert err.startswith("note: replayed with written by other code (0000000000000000, here ")
+    assert err.startswith("note: the trace was written by other code (0000000000000000, here ")
     assert "pimrt/__init__.py changed" in err and len(err.splitlines()) == 1
     assert "replay the same as the run" in out       # the figures still checked against it
 

@@ -84,7 +84,7 @@ def run(args) -> int:
     part, policy, width, window, notes = replay.settings(
         meta, args.config, args.policy, args.issue_width, _overrides(args.set), args.window)
     for note in notes:
-        print(f"note: replayed with {note}", file=sys.stderr)
+        print(f"note: {note}", file=sys.stderr)
     pim_banks = None
     if args.pim_banks:
         try:
@@ -190,6 +190,10 @@ def _check_trace_path(path: pathlib.Path, fmt: str | None) -> None:
         raise TraceError(f"{path}: is a directory, not a trace file")
     if not path.exists():
         return  # the reader says "no such trace file"
+    if path.name.endswith(".layers.json"):
+        trace = path.with_name(path.name[:-len(".layers.json")])
+        raise TraceError(f"{path}: is the sidecar of a binary trace (its layer names and the "
+                         f"run that wrote it), not a trace; give the trace ({trace})")
     if fmt == "npy" or (fmt is None and path.suffix == ".npy"):
         try:
             with open(path, "rb") as f:

@@ -68,7 +68,7 @@ class HostTrace:
         out["addr"], out["op"], out["cycle"], out["requestor"] = \
             addr[:upto], op[:upto], arrival[:upto], HOST
         self.writer.write(out)
-        self.count += upto
+        self.count += int(upto)
         self._idx, self._addr, self._op = [idx[upto:]], [addr[upto:]], [op[upto:]]
         left = comp[:, 0] >= (idx[upto] if upto < len(idx) else np.uint64(2**63))
         self._comp, self._ncomp = [comp[left]], int(left.sum())

@@ -28,20 +28,20 @@ def settings(meta: dict | None, config: str | None, policy: str | None,
             from pimrt.runtime.timing import with_host_buffering
             part = with_host_buffering(part, meta["host_part"])
         if part.name != ref.get("name"):
-            notes.append(f"part {part.name}, not the run's {ref.get('name')}")
+            notes.append(f"replayed on part {part.name}, not the run's {ref.get('name')}")
     if overrides:
-        notes.append(f"part keys set: {', '.join(sorted(overrides))}")
+        notes.append(f"replayed with part keys set: {', '.join(sorted(overrides))}")
     if meta.get("requests", {}).get("pim") and part.pim is None:
         raise ConfigError(f"the trace holds {meta['requests']['pim']:,} PIM requests (a "
                           f"co-execution step's); part {part.name} has no [pim] units to "
-                          f"run them: replay it on a PIM part ({ref.get('name')})")
+                          f"run them: replay it on a PIM part ({ref.get('source')})")
     run_policy = meta.get("policy", DEFAULTS["policy"])
     if policy is not None and policy != run_policy:
-        notes.append(f"policy {policy}, not the run's {run_policy} (the schedule, its "
+        notes.append(f"replayed under policy {policy}, not the run's {run_policy} (the schedule, its "
                      f"order and authority parameters stay the run's)")
     width = meta.get("issue_width", DEFAULTS["issue_width"])
     if issue_width is not None and issue_width != width:
-        notes.append(f"issue width {issue_width}, not the run's {width}")
+        notes.append(f"replayed with issue width {issue_width}, not the run's {width}")
     if window is None:
         from pimrt.trace.step import UNLIMITED_WINDOW
         window = meta.get("window") or UNLIMITED_WINDOW
@@ -53,7 +53,7 @@ def settings(meta: dict | None, config: str | None, policy: str | None,
     return part, policy or run_policy, issue_width or width, window, notes
 
 
-CODE_NOTE = "written by other code"
+CODE_NOTE = "the trace was written by other code"
 
 
 def same_as_run(meta: dict | None, notes: list[str]) -> bool:
