@@ -179,3 +179,29 @@ def test_run_save_trace_cli(tmp_path, capsys):
     assert replay["mode_switches"] == summary["mode_switches"]
     assert replay["cycles"] == read_meta(path)["run"]["cycles"]
     assert "replay the same as the run (resnet_cifar_20 batch 4, bank_partition)" in out
+
+
+def test_sweep_points_save_their_traces(tmp_path, capsys):
+    spec = tmp_path / "t.toml"
+    spec.write_text('[fixed]\nmodel = "resnet_cifar_20"\nbatch = 2\ninput = 32\n'
+                    'save_trace = "step.npy"\n[grid]\npolicy = ["serial", "authority"]\n')
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    folders = sorted((tmp_path / "out" / "points").iterdir())
+    assert len(folders) == 2
+    for folder in folders:
+        summary = json.loads((folder / "summary.json").read_text())
+        capsys.readouterr()
+        replay, out, _ = _replay(folder / "step.npy", capsys)
+        assert replay["policy"] == summary["policy"]
+        assert replay["mode_switches"] == summary["mode_switches"]
+        assert "replay the same as the run" in out
+
+
+def test_sweep_refuses_a_trace_path_or_a_host_format(tmp_path, capsys):
+    for line, words in (('save_trace = "a/step.npy"', "a file name (no folder)"),
+                        ('save_trace = "s.trace"\nformat = "dramsim3"',
+                         "a sweep writes its points' traces as npy")):
+        spec = tmp_path / "t.toml"
+        spec.write_text(f'[fixed]\nmodel = "resnet_cifar_20"\nbatch = 2\n{line}\n')
+        assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+        assert words in capsys.readouterr().err
