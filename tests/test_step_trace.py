@@ -205,3 +205,20 @@ def test_sweep_refuses_a_trace_path_or_a_host_format(tmp_path, capsys):
         spec.write_text(f'[fixed]\nmodel = "resnet_cifar_20"\nbatch = 2\n{line}\n')
         assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--quiet"]) == 2
         assert words in capsys.readouterr().err
+
+
+def test_docs_commands_parse_and_name_real_options():
+    """docs/traces.md's three commands (the first two run in test_run_save_trace_cli and
+    the replays above; the DRAMsim3 one in test_gpu_only_step_out_to_other_simulators)."""
+    import pathlib
+    import shlex
+    from pimrt.cli import build_parser
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "traces.md").read_text()
+    block = text.split("```")[1]
+    lines = [line.split("#")[0] for line in block.splitlines() if line.strip()]
+    assert len(lines) == 3
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[0] == "pimrt"
+        build_parser().parse_args(argv[1:])        # SystemExit if it does not parse
+    assert "--save-trace step.npy" in lines[0] and "--format dramsim3" in lines[2]

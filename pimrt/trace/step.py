@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import pathlib
 
+import numpy as np
+
 from pimrt.trace import binary
+from pimrt.trace import records as _records
 
 FORMAT = "pimrt step trace 1"
 # the window of a timed step (Options.window None: the cursors may drift any distance apart)
@@ -43,7 +46,6 @@ class StepTrace:
         self.path = pathlib.Path(path)
         self.meta = dict(meta or {})
         self.writer = None
-        self.requests = {"host": 0, "pim": 0}
 
     def options(self) -> dict:
         """Extra memctl Options the sink needs of the run (none: it reads the stream only)."""
@@ -59,18 +61,16 @@ class StepTrace:
                           "window": opts.window if opts.window is not None else None,
                           "part": part_ref(ctl.part), "code": fingerprint()["fingerprint"],
                           "code_files": fingerprint()["files"]})
-        last = None
+        last, f = None, w._f
         for task, recs in zip(schedule.tasks, stream):
             name = f"{task.layer}:{task.phase}"
             if name != last:
-                w.write(w.layer_marker(name))
+                marker = w.layer_marker(name)
+                f.write(marker.data)
                 last = name
-            w.write(recs)
-            req = recs["op"] <= 1
-            n = int(req.sum())
-            pim = int((recs["requestor"][req] == 1).sum()) if n else 0
-            self.requests["host"] += n - pim
-            self.requests["pim"] += pim
+                w.count += 1
+            f.write(np.ascontiguousarray(recs, dtype=_records.RECORD_DTYPE).data)
+            w.count += len(recs)
             yield recs
 
     def close(self, ctl=None) -> None:
@@ -88,7 +88,8 @@ class StepTrace:
             self.meta["run"]["requestors"] = {
                 who: {k: r[k] for k in ("requests", "bytes", "latency_sum", "row_hits")}
                 for who, r in stats["requestors"].items()}
-        self.meta["requests"] = dict(self.requests)
+            self.meta["requests"] = {who: r["requests"]
+                                     for who, r in stats["requestors"].items()}
         self.meta["records"] = self.writer.count
         side = binary.sidecar_path(self.path)
         side.write_text(json.dumps({"layers": names, "meta": self.meta}, indent=0) + "\n",
