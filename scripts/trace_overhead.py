@@ -31,6 +31,7 @@ def main() -> None:
     time_step(g, a.policy)                      # the plan, made once (cached per graph)
     walls = {"without": [], "with": []}
     for kind in ("without", "with") * a.repeat:
+        a.out.unlink(missing_ok=True)        # (a new file, as a run writes it)
         sink = StepTrace(a.out, {"model": a.model, "batch": a.batch, "input": a.input,
                                  "step": a.policy}) if kind == "with" else None
         t = time.perf_counter()

@@ -61,17 +61,17 @@ class StepTrace:
                           "window": opts.window if opts.window is not None else None,
                           "part": part_ref(ctl.part), "code": fingerprint()["fingerprint"],
                           "code_files": fingerprint()["files"]})
-        last, f = None, w._f
-        for task, recs in zip(schedule.tasks, stream):
-            name = f"{task.layer}:{task.phase}"
-            if name != last:
-                marker = w.layer_marker(name)
-                f.write(marker.data)
-                last = name
-                w.count += 1
-            f.write(np.ascontiguousarray(recs, dtype=_records.RECORD_DTYPE).data)
-            w.count += len(recs)
-            yield recs
+        last, out = None, _Background(w._f)
+        try:
+            for task, recs in zip(schedule.tasks, stream):
+                name = f"{task.layer}:{task.phase}"
+                if name != last:
+                    out.add(w.layer_marker(name))
+                    last = name
+                out.add(np.ascontiguousarray(recs, dtype=_records.RECORD_DTYPE))
+                yield recs
+        finally:
+            w.count += out.close()
 
     def close(self, ctl=None) -> None:
         """Fix the file's header and write the sidecar (with the run's figures when given the
@@ -94,6 +94,59 @@ class StepTrace:
         side = binary.sidecar_path(self.path)
         side.write_text(json.dumps({"layers": names, "meta": self.meta}, indent=0) + "\n",
                         encoding="utf-8")
+
+
+class _Background:
+    """Writes record arrays to a file in a thread (the file's writes overlap the simulation),
+    in batches of BATCH records, at most DEPTH batches waiting: what is held is bounded."""
+
+    BATCH, DEPTH = 1 << 18, 4
+
+    def __init__(self, f):
+        import queue
+        import threading
+        self._f, self._q = f, queue.Queue(self.DEPTH)
+        self._batch, self._size, self.count, self.error = [], 0, 0, None
+        self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            batch = self._q.get()
+            if batch is None:
+                return
+            if self.error is None:
+                try:
+                    for arr in batch:
+                        self._f.write(arr.data)
+                except OSError as exc:
+                    self.error = exc
+
+    def add(self, recs) -> None:
+        self._batch.append(recs)
+        self._size += len(recs)
+        self.count += len(recs)
+        if self._size >= self.BATCH:
+            self._q.put(self._batch)
+            self._batch, self._size = [], 0
+            if self.error is not None:
+                self._raise()
+
+    def close(self) -> int:
+        """Write what is left, wait for the thread; the records written."""
+        if self._batch:
+            self._q.put(self._batch)
+            self._batch = []
+        self._q.put(None)
+        self._thread.join()
+        if self.error is not None:
+            self._raise()
+        return self.count
+
+    def _raise(self):
+        from pimrt.output import OutputError
+        raise OutputError(f"{self._f.name}: cannot write the trace: "
+                          f"{self.error.strerror or self.error}")
 
 
 def read_meta(path) -> dict | None:
