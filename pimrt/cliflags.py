@@ -11,6 +11,8 @@ CONCEPTS = {
     "input": (("--input",), ("--inputs", "--input-size", "--image-size")),
     "batch": (("--batch",), ("--batch-size",)),
     "model": (("--model", "--models"), ()),
+    # ranks of a data-parallel exchange: modelled (pimrt run) or launched (bench gradsa, laysa)
+    "world": (("--world",), ("--nproc",)),
 }
 
 
@@ -52,3 +54,16 @@ def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                 and not says_default(a.help or "", a.default):
             a.help = f"{a.help} (default: %(default)s)" if a.help else "default: %(default)s"
     return parser
+
+
+def authority_rule(parser: argparse.ArgumentParser) -> None:
+    """--authority-rule, as `pimrt run`, `compare` and a sweep's axis take it."""
+    from pimrt.runtime.authority_rules import AUTHORITY_RULES, DEFAULT_AUTHORITY_RULE
+    parser.add_argument(
+        "--authority-rule", default=DEFAULT_AUTHORITY_RULE, choices=AUTHORITY_RULES,
+        help="how the authority policy sets its epochs per host CONV: 'slack' is "
+             "profile-guided (the host holds the channel where the step waits for it, yields "
+             "where it has slack, judged on the task durations measured on an earlier step: "
+             "the per-layer rule's, whose step is reported beside); 'slack-oracle' judges on "
+             "each task's exact duration alone, which no controller knows in advance; "
+             "'layer' from each host layer's traits alone. docs/runtime.md")

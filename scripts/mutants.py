@@ -65,15 +65,19 @@ MUTANTS = [
            "        s = max([free[t.side]] + [int(end[d]) for d in t.deps])\n",
            "        s = free[t.side]\n",
            why="the bound's list schedule ignoring dependencies"),
-    Mutant("alone_without_barriers", "pimrt/runtime/timing.py",
-           "    alone = time_schedule(dataclasses.replace(schedule, pipelined=False), graph,"
-           " part,\n",
-           "    alone = time_schedule(schedule, graph, part,\n",
-           why="the tasks 'alone' timed without a barrier between sides",
-           known_survivor="the bound's PIM durations differ from the PIM tasks alone today "
-                          "(the strict xfail of test_the_bounds_durations_are_its_tasks_alone"
-                          "[pim]), which hides this mutant's change to them (v100_hbm2_pim: "
-                          "37,335 -> 42,254 cycles); issue 37"),
+    Mutant("alone_with_the_other_side", "pimrt/runtime/timing.py",
+           "    mine = [t for t in schedule.tasks if t.side == side]\n",
+           "    mine = list(schedule.tasks)\n",
+           why="the tasks 'alone' timed with the other side's tasks in the same stream"),
+    Mutant("alone_tails_twice", "pimrt/runtime/timing.py",
+           "        out.append(max(0, e - max(s, last)))\n",
+           "        out.append(e - s)\n",
+           why="each task alone from its own start: the tails of consecutive tasks counted "
+               "twice"),
+    Mutant("slack_rule_oracle_by_default", "pimrt/runtime/authority_rules.py",
+           'DEFAULT_AUTHORITY_RULE = "slack"\n', 'DEFAULT_AUTHORITY_RULE = "slack-oracle"\n',
+           tests=("tests/test_authority_rule.py",),
+           why="the default authority rule planning on durations no controller knows"),
     Mutant("serial_without_barriers", "pimrt/runtime/timing.py",
            "        if not schedule.pipelined and last_side not in (None, t.side):\n",
            "        if False:\n",

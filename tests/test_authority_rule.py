@@ -87,7 +87,7 @@ def test_the_slack_rule_runs_the_same_work(both):
 def test_an_unknown_rule_is_refused():
     g = capture(small_cnn([8], [True], None), (2, 3, 8, 8))
     with pytest.raises(ConfigError, match="unknown authority rule 'fast'; choose one of "
-                                          "layer, slack"):
+                                          "slack, slack-oracle, layer"):
         time_step(g, "authority", 1, part="v100_hbm2_pim", authority_rule="fast")
 
 
@@ -97,10 +97,17 @@ def test_pimrt_run_takes_the_rule_and_says_it(tmp_path, capsys):
                  "--quiet", "--out", str(tmp_path / "s")]) == 0
     s = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert s["authority_rule"] == "slack" and s["step_ms"] > 0
+    assert "profile-guided" in s["authority_rule_knows"]
+    out = capsys.readouterr().out
+    assert "authority rule: slack, profile-guided" in out and "the per-layer rule's step" in out
     assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
                  "--quiet", "--authority-rule", "layer", "--out", str(tmp_path / "l")]) == 0
     layer = json.loads((tmp_path / "l" / "summary.json").read_text())
-    assert layer["authority_rule"] == "layer"
+    assert layer["authority_rule"] == "layer" and "layer_rule_step_ms" not in layer
+    # the per-layer rule's step reported beside the default's is that rule's own step
+    assert s["layer_rule_makespan_cycles"] == layer["makespan_cycles"]
+    assert s["speedup_vs_layer_rule"] == pytest.approx(
+        layer["makespan_cycles"] / s["makespan_cycles"])
     for key in ("serial_step_ms", "gpu_only_step_ms", "bound_step_ms", "requests"):
         assert layer[key] == s[key], key          # the baselines and the work: the same
     assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--functional", "none",
@@ -109,3 +116,31 @@ def test_pimrt_run_takes_the_rule_and_says_it(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "--authority-rule", "fast"])
     assert e.value.code == 2 and "invalid choice: 'fast'" in capsys.readouterr().err
+
+
+def test_the_slack_rule_plans_on_a_profiled_step_the_oracle_on_durations_alone():
+    """'slack' judges each host task on durations measured in the per-layer rule's step
+    (StepTiming.profile, each task's own share of its side's time there); 'slack-oracle' on
+    the durations alone. Same work under all three rules."""
+    from pimrt.runtime.timing import marginal, measured_durations, planned_schedule, step_part
+    g = capture(small_cnn([8, 16, 16], [True, True, False], "max"), (4, 3, 8, 8))
+    runs = {rule: time_step(g, "authority", 1, part="v100_hbm2_pim", authority_rule=rule)
+            for rule in ("slack", "slack-oracle", "layer")}
+    profile = runs["slack"].profile
+    assert profile is not None and runs["slack-oracle"].profile is None
+    assert profile.makespan == runs["layer"].makespan        # the profiled step: the layer rule's
+    assert profile.authority_rule == "layer"
+    measured = measured_durations(profile)
+    host = [t for t in profile.schedule.tasks if t.side == "host"]
+    ids = [t.id for t in host]
+    assert [measured[task_key(t)] for t in host] == marginal(profile.start[ids], profile.end[ids])
+    _, alone, _ = planned_schedule(g, 1, step_part("v100_hbm2_pim", "v100"), "v100")
+    assert measured != alone                # contention shows in what the profile measured
+    for r in runs.values():
+        assert r.stats["requests"] == runs["layer"].stats["requests"]
+
+
+def test_marginal_shares_add_up_to_the_span_less_the_gaps():
+    from pimrt.runtime.timing import marginal
+    start, end = np.array([0, 5, 30, 31]), np.array([10, 20, 40, 35])
+    assert marginal(start, end) == [10, 10, 10, 0]     # [0,10] [10,20] gap [30,40] inside

@@ -61,7 +61,11 @@ def test_checkpointing_variants_give_plain_gradients(how):
                          nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
                          nn.Flatten(), nn.Linear(4 * 8 * 8, 3))
     assert bench._bounds(flat, 3) is not None          # torch's even cut would start at an in-place ReLU
-    for model in (flat, zoo.build("resnet_cifar_20", input_size=32).eval()):
+    # DenseNet-121's stem (conv, norm, in-place ReLU) between composite blocks: checkpointed
+    # alone, the ReLU modified its own saved input (found on the GPU machine, 2026-12-04)
+    dense = zoo.build("densenet121", input_size=32).eval()
+    assert [len(r) for r in bench._blocks(dense.features)][:2] == [3, 1]
+    for model in (flat, zoo.build("resnet_cifar_20", input_size=32).eval(), dense):
         x, y = torch.randn(2, 3, 32, 32), torch.tensor([0, 1])
         plain = _grads(model, x, y, contextlib.nullcontext())
         for a, b in zip(plain, _grads(model, x, y, bench._checkpointed(model, how))):

@@ -29,7 +29,8 @@ PARSERS = _parsers()
 NAMES = [n for n, _ in PARSERS]
 # spellings of the concepts of cliflags.CONCEPTS a command might list
 SPELLINGS = re.compile(r"^--(inputs?|input-size|image-size|img-size|size|resolution|batch|"
-                       r"batch-size|batchsize|bs|models?|model-name|arch|net|network)$")
+                       r"batch-size|batchsize|bs|models?|model-name|arch|net|network|world|"
+                       r"world-size|nproc|nprocs|ranks)$")
 
 
 def _listed(p) -> set[str]:
@@ -85,12 +86,14 @@ def test_batch_and_out_have_defaults():
     (["bench", "gradsa", "--image-size", "8"], "image_size", 8),
     (["bench", "gradsa", "--batch-size", "4"], "batch_size", 4),
     (["bench", "laysa", "--image-size", "8"], "image_size", 8),
+    (["bench", "gradsa", "--nproc", "3"], "nproc", 3),
+    (["bench", "laysa", "--nproc", "3"], "nproc", 3),
 ])
 def test_old_spellings_parse(argv, dest, value):
     args = cli.build_parser(argv[0]).parse_args(argv)
     assert getattr(args, dest) == value
     new = {"--inputs": "--input", "--input-size": "--input", "--image-size": "--input",
-           "--batch-size": "--batch"}
+           "--batch-size": "--batch", "--nproc": "--world"}
     assert getattr(cli.build_parser(argv[0]).parse_args(
         [new.get(s, s) for s in argv]), dest) == value
 

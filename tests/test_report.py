@@ -217,3 +217,20 @@ def test_the_note_names_each_layer_the_pim_cannot_run_once():
     plain = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
                           nn.Linear(8 * 7 * 7, 10))
     assert host_fallback_note(capture(plain, (2, 3, 16, 16))) is None
+
+
+def test_a_pool_with_ceil_mode_runs_on_the_host_in_the_timing_as_in_the_functional_step():
+    """The PIM's 2x2 programs have no partial window: a pool with ceil_mode is the host's in
+    the schedule (it was the PIM's there while the functional step ran it on the host)."""
+    from torch import nn
+    from pimrt.graph.layer import runs_on_pim
+    from pimrt.runtime.schedule import build_schedule, host_fallback_note, layer_sides
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                        nn.MaxPool2d(2, ceil_mode=True), nn.AvgPool2d(2), nn.Flatten(),
+                        nn.Linear(8 * 4 * 4, 10))
+    g = capture(net, (2, 3, 15, 15))
+    pools = [n for n in g.nodes if n.kind in ("maxpool", "avgpool")]
+    assert [runs_on_pim(n, "fwd") for n in pools] == [False, True]
+    sides = layer_sides(build_schedule(g, 1))
+    assert [sides[n.name] for n in pools] == ["host_fallback", "pim"]
+    assert "_2 (maxpool 2x2, stride 2, padding 0, ceil_mode)" in host_fallback_note(g)

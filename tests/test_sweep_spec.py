@@ -267,3 +267,12 @@ def test_out_defaults_to_results_sweep_spec(capsys):
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])
     assert "default: results/sweep/SPEC" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_sweep_says_once_per_model_which_layers_run_on_the_host(tmp_path, capsys):
+    """As pimrt run and compare do: resnet_cifar_20's global average pool has no PIM program."""
+    spec = write(tmp_path, TINY + "[grid]\ngroups = [1, 2]\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("resnet_cifar_20: note: 1 layer the PIM has no program for run on the "
+                     "host: avgpool (global average pool)") == 1

@@ -1,13 +1,14 @@
-"""The authority policy's parameter rules (by slack, the default, and per layer) against fixed
-parameters and against an exhaustive search over a grid, on small training steps, side by
-side in one run."""
+"""The authority policy's parameter rules (by slack: profile-guided, the default, and the
+oracle's; per layer) against fixed parameters and against an exhaustive search over a grid,
+on small training steps, side by side in one run."""
 from __future__ import annotations
 
 import itertools
 import json
 import pathlib
 
-HELP = ("authority parameters: the slack and per-layer rules vs fixed defaults vs an "
+HELP = ("authority parameters: the slack (profile-guided and oracle) and per-layer rules vs "
+        "fixed defaults vs an "
         "exhaustive grid search (epoch cap x host high watermark) on small CNN training steps")
 
 
@@ -30,7 +31,8 @@ def run(args) -> int:
     hwms = [int(h) for h in args.hwms.split(",")]
     rows = []
     print(f"{'model':<18}{'serial':>12}{'fixed':>12}{'layer rule':>12}{'slack rule':>12}"
-          f"{'grid best':>12}{'(cap, hwm)':>14}{'slack/best':>11}{'grid runs':>10}")
+          f"{'oracle':>12}{'grid best':>12}{'(cap, hwm)':>14}{'slack/best':>11}"
+          f"{'grid runs':>10}")
     for m in args.models.split(","):
         g = capture(zoo.build(m, input_size=32, device="meta"), (args.batch, 3, 32, 32))
         serial = time_step(g, "serial").makespan
@@ -39,6 +41,8 @@ def run(args) -> int:
                           authority_rule="layer").makespan
         rule = time_step(g, "authority", args.groups, rule=True,
                          authority_rule="slack").makespan
+        oracle = time_step(g, "authority", args.groups, rule=True,
+                           authority_rule="slack-oracle").makespan
         grid = {}
         for cap, hwm in itertools.product(caps, hwms):
             grid[(cap, hwm)] = time_step(g, "authority", args.groups, rule=False,
@@ -47,16 +51,19 @@ def run(args) -> int:
         best = min(grid, key=grid.get)
         row = {"model": m, "batch": args.batch, "serial": serial, "fixed": fixed, "rule": rule,
                "layer_rule": layer, "speedup_layer_rule": serial / layer,
+               "slack_oracle": oracle, "speedup_slack_oracle": serial / oracle,
                "grid_best": grid[best], "grid_best_params": list(best),
                "grid": {f"{c},{h}": v for (c, h), v in grid.items()},
                "speedup_rule": serial / rule, "speedup_fixed": serial / fixed,
                "speedup_grid_best": serial / grid[best]}
         rows.append(row)
-        print(f"{m:<18}{serial:>12,}{fixed:>12,}{layer:>12,}{rule:>12,}{grid[best]:>12,}"
+        print(f"{m:<18}{serial:>12,}{fixed:>12,}{layer:>12,}{rule:>12,}{oracle:>12,}"
+              f"{grid[best]:>12,}"
               f"{str(best):>14}{rule / grid[best]:>11.3f}{len(grid):>10}", flush=True)
     for r in rows:
         print(f"{r['model']}: speedup over serial: fixed {r['speedup_fixed']:.3f}x, layer rule "
-              f"{r['speedup_layer_rule']:.3f}x, slack rule {r['speedup_rule']:.3f}x, grid best "
+              f"{r['speedup_layer_rule']:.3f}x, slack rule {r['speedup_rule']:.3f}x (oracle "
+              f"{r['speedup_slack_oracle']:.3f}x), grid best "
               f"{r['speedup_grid_best']:.3f}x (cycles)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

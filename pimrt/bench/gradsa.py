@@ -1,6 +1,6 @@
 """`pimrt bench gradsa`: every gradient compressor trained side by side on the same task.
 
-For each compressor it launches a data-parallel run (torchrun, gloo, `--nproc` ranks on this
+For each compressor it launches a data-parallel run (torchrun, gloo, `--world` ranks on this
 machine) of pimrt.train, then prints one table: bytes each rank hands to the collectives per
 step (headers, padding and size exchanges included), the ratio against dense fp32 over the
 whole run (warm-up included), the codec throughput of the hook, the test accuracy after the
@@ -44,8 +44,10 @@ def add_arguments(p) -> None:
     a("--max-steps", type=int, default=0)
     a("--batch", dest="batch_size", type=int, default=32, metavar="BATCH", help="per rank")
     alias(p, "--batch-size", "--batch")
-    a("--nproc", type=int, default=2, help="ranks (processes) per run")
-    a("--estimate-ranks", type=int, default=0, help="ranks assumed by the step-time model (0: --nproc)")
+    a("--world", dest="nproc", type=int, default=2, metavar="RANKS",
+      help="ranks (processes) per run, as pimrt run's --world")
+    alias(p, "--nproc", "--world")
+    a("--estimate-ranks", type=int, default=0, help="ranks assumed by the step-time model (0: --world)")
     a("--lr", type=float, default=0.05)
     a("--density", type=float, default=0.001)
     a("--warmup-steps", type=int, default=20)
@@ -59,7 +61,7 @@ def add_arguments(p) -> None:
     a("--reuse", action="store_true", help="reuse finished runs in --out made with the same options")
     a("--quick", action="store_true", help="smoke size: tinycnn, 8x8, 1 epoch")
     a("--scale", default="", help="comma-separated rank counts (e.g. 2,4,8): every compressor at each, "
-      "bytes on the wire per rank and in total (replaces --nproc)")
+      "bytes on the wire per rank and in total (replaces --world)")
     a("--json", dest="json_file", default=None, help="write the rows and settings as JSON")
     a("--csv", dest="csv_file", default=None, help="write the rows as CSV")
 

@@ -62,15 +62,26 @@ def _bounds(seq, segments):
 
 
 def _blocks(seq):
-    """Per-block checkpointing: each composite child (a residual or dense block), or in a flat
-    sequence (VGG's features) each run of layers up to a pooling layer."""
+    """Per-block checkpointing: each composite child (a residual or dense block) on its own,
+    the plain layers between them (a stem's conv, norm, ReLU) as one run, and in a flat
+    sequence (VGG's features) each run of layers up to a pooling layer. A run never starts
+    with an in-place layer (it would modify its own checkpointed input: DenseNet's stem ReLU
+    alone did); such a layer joins the run before it."""
     from torch import nn
-    if any(len(list(m.children())) for m in seq):
-        return [[m] for m in seq]
+    composite = any(len(list(m.children())) for m in seq)
     runs, cur = [], []
     for m in seq:
+        if composite and len(list(m.children())):
+            if cur:
+                runs.append(cur)
+            runs.append([m])
+            cur = []
+            continue
+        if not cur and runs and getattr(m, "inplace", False):
+            runs[-1].append(m)
+            continue
         cur.append(m)
-        if isinstance(m, (nn.MaxPool2d, nn.AvgPool2d)):
+        if not composite and isinstance(m, (nn.MaxPool2d, nn.AvgPool2d)):
             runs.append(cur)
             cur = []
     return runs + ([cur] if cur else [])

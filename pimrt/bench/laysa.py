@@ -45,7 +45,9 @@ def add_arguments(p) -> None:
       help="image height and width")
     alias(p, "--image-size", "--input")
     a("--batch", type=int, default=4, help="per-rank batch for the side-by-side step (default 4)")
-    a("--nproc", type=int, default=2, help="ranks (processes)")
+    a("--world", dest="nproc", type=int, default=2, metavar="RANKS",
+      help="ranks (processes), as pimrt run's --world")
+    alias(p, "--nproc", "--world")
     a("--steps", type=int, default=2, help="timed steps per measurement (after one warm-up step)")
     a("--density", type=float, default=0.001)
     a("--budget", default="256MB", help="device memory per rank for the largest-batch search, "
@@ -263,7 +265,7 @@ def run(args) -> int:
     if bad:
         raise PimrtError(f"unknown variant {bad[0]!r}; valid: {', '.join(VARIANTS)}")
     if args.batch < 1 or args.nproc < 1 or args.steps < 1:
-        raise PimrtError("--batch, --nproc and --steps must be >= 1")
+        raise PimrtError("--batch, --world and --steps must be >= 1")
     try:
         parse_bytes(args.budget)
     except PimrtError as exc:

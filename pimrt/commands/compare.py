@@ -8,6 +8,8 @@ import json
 import pathlib
 import sys
 
+from pimrt import cliflags
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("compare", help="time several CNNs under several policies")
@@ -40,8 +42,7 @@ def register(subparsers) -> None:
                    help="folder for each run's outputs and the summary table")
     p.add_argument("--no-plan", action="store_true",
                    help="keep every weight gradient right after its dX (see pimrt run --help)")
-    p.add_argument("--authority-rule", default="slack", choices=("slack", "layer"),
-                   help="how the authority policy sets its epochs (see pimrt run --help)")
+    cliflags.authority_rule(p)
     p.add_argument("--host-times", default="model", metavar="model|measure|DIR",
                    help="the host's CONV/linear compute: the host part's model ('model'); "
                         "'measure': timed on this machine's CUDA GPU (written to "
@@ -64,6 +65,10 @@ def run(args) -> int:
     bad = [p for p in policies if p not in POLICIES]
     if bad:
         raise ConfigError(f"unknown policies {bad}; choose from {', '.join(POLICIES)}")
+    for what, names in (("--models", models), ("--policies", policies)):
+        if not names:
+            raise ConfigError(f"{what} names nothing ({getattr(args, what[2:])!r}); give at "
+                              f"least one, comma-separated")
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     from pimrt.output import atomic_write_text, check_out_dir, incomplete_folders, lock_out_dir

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pathlib
 import sys
 
+from pimrt import cliflags
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -55,11 +57,7 @@ def register(subparsers) -> None:
                    help="keep every weight gradient right after its dX (by default a "
                         "pipelined SGD or GradSA step moves some to where the host would wait "
                         "for the PIM: docs/runtime.md)")
-    p.add_argument("--authority-rule", default="slack", choices=("slack", "layer"),
-                   help="how the authority policy sets its epochs per host CONV: 'slack' "
-                        "(the host holds the channel where the step waits for it, "
-                        "yields where it has slack) or 'layer' (from the layer's traits "
-                        "alone); docs/runtime.md")
+    cliflags.authority_rule(p)
     p.add_argument("--host-times", default="model", metavar="model|measure|FILE",
                    help="the host's CONV/linear compute: the host part's model ('model'); "
                         "'measure': the real kernels timed on this machine's CUDA GPU (written "
@@ -203,6 +201,11 @@ def run(args) -> int:
           f"{s['speedup_vs_gpu_only']:.3f}x; serial host+PIM {s['serial_step_ms']:.3f} ms -> "
           f"{s['speedup_vs_serial']:.3f}x; {s['mode_switches']} mode switches, simulated in "
           f"{s['simulation_wall_s']:.1f} s")
+    if "layer_rule_step_ms" in s:
+        print(f"  authority rule: {s['authority_rule_knows']}; the per-layer rule's step "
+              f"{s['layer_rule_step_ms']:.3f} ms ({s['speedup_vs_layer_rule']:.3f}x)")
+    elif s["authority_rule"]:
+        print(f"  authority rule: {s['authority_rule_knows']}")
     print(f"  contention-free bound {s['bound_step_ms']:.3f} ms (step / bound "
           f"{s['step_vs_bound']:.3f}), lower bound max(host alone, PIM alone) "
           f"{s['lower_bound_step_ms']:.3f} ms")

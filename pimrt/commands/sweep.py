@@ -94,7 +94,8 @@ def run(args) -> int:
         from pimrt.sweep.store import Store
         store = Store.open(args.out, spec, args.force, code,  # before any work
                            args.allow_code_change)
-    check_points(spec, args.quiet)
+    for note in check_points(spec, args.quiet):    # layers the PIM has no program for
+        print(note)
     from pimrt.sweep.tasks import plan
     baselines = sum(t.kind != "point" for t in plan(spec.points).values())
     if args.dry_run:

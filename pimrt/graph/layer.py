@@ -78,13 +78,15 @@ PLACEMENT = {**{k: "pim" for k in PIM_KINDS}, **{k: "host" for k in HOST_KINDS},
 
 
 def _pool_2x2(attrs: dict) -> bool:
-    """The unit's pooling programs do 2x2 windows with stride 2 and no padding (docs/pim.md)."""
+    """The unit's pooling programs do 2x2 windows with stride 2, no padding and no ceil_mode
+    (a partial window at an odd edge; docs/pim.md): the functional step's rule too."""
     k, s = attrs.get("kernel"), attrs.get("stride")
     k = k if isinstance(k, (tuple, list)) else (k, k)
     s = s if isinstance(s, (tuple, list)) else (s, s)
     pad = attrs.get("padding") or 0
     pad = pad if isinstance(pad, (tuple, list)) else (pad, pad)
-    return tuple(k) == (2, 2) and tuple(s) == (2, 2) and not any(pad)
+    return tuple(k) == (2, 2) and tuple(s) == (2, 2) and not any(pad) \
+        and not attrs.get("ceil_mode", False)
 
 
 def pim_runs(kind: str, attrs: dict, phase: str) -> bool:

@@ -10,6 +10,7 @@ import pathlib
 from pimrt.output import atomic_open, atomic_savefig, atomic_write_text
 from pimrt.runtime.attribution import PHASE_CLASS, PHASES, layer_shares
 from pimrt.runtime.schedule import layer_sides
+from pimrt.runtime.authority_rules import AUTHORITY_RULE_TEXT
 from pimrt.runtime.timing import StepTiming
 
 
@@ -83,14 +84,21 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict,
         # weight gradients the plan moved later in the host's backward order: CONV -> the
         # CONV whose backward they now precede (pimrt.runtime.plan)
         "deferred_weight_gradients": dict(run.deferred),
-        # the authority policy's parameters: per layer, by slack, or none (other policies,
-        # or parameters fixed by options): pimrt.runtime.authority
+        # the authority policy's parameters: per layer, by slack (profile-guided, or the
+        # oracle's exact durations), or none (other policies, or parameters fixed by
+        # options): pimrt.runtime.authority, pimrt.runtime.timing.AUTHORITY_RULES
         "authority_rule": run.authority_rule,
+        "authority_rule_knows": AUTHORITY_RULE_TEXT.get(run.authority_rule),
         # CONV/linear layers whose forward pass ran by batch slices (pimrt.runtime.schedule)
         "sliced_layers": list(dict.fromkeys(t.layer for t in run.schedule.tasks
                                             if t.slice >= 0 and t.side == "host"
                                             and t.kind in ("conv", "linear"))),
     }
+    profile = getattr(run, "profile", None)
+    if profile is not None:    # the earlier step the slack rule was profiled on
+        out["layer_rule_makespan_cycles"] = profile.makespan
+        out["layer_rule_step_ms"] = profile.seconds * 1e3
+        out["speedup_vs_layer_rule"] = profile.makespan / run.makespan if run.makespan else 0.0
     if run.exchange is not None:
         from pimrt.runtime.exchange import footprint
         out["update"] = run.exchange.as_dict()

@@ -182,7 +182,9 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     order = step_order(graph)
     if not pipelined:
         slices = 1
-    if slices < 1 or graph.batch % slices:
+    if slices < 1:
+        raise ConfigError(f"slices must be >= 1, got {slices}")
+    if graph.batch % slices:
         raise ConfigError(f"slices={slices} does not divide the batch of {graph.batch}")
     ngs: dict[str, int] = {}   # backward: each tensor's output-channel groups
     for layer in order:
@@ -590,7 +592,7 @@ def _pool_text(layer) -> str:
         return str(v[0]) if v[0] == v[1] else "x".join(map(str, v))
     k = pair(a.get("kernel"))
     return f"{layer.kind} {k[0]}x{k[1]}, stride {one(a.get('stride'))}, padding " \
-        f"{one(a.get('padding') or 0)}"
+        f"{one(a.get('padding') or 0)}" + (", ceil_mode" if a.get("ceil_mode") else "")
 
 
 def step_order(graph: LayerGraph) -> list:

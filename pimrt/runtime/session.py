@@ -174,8 +174,8 @@ def baselines(graph, groups: int, part: str, host_part: str, quiet: bool = False
                disable=quiet or None, file=sys.stderr, leave=False)
     try:
         bound = contention_free_bound(graph, groups, part, host_part, progress=bar.update,
-                                      plan=plan and not layrub, host_times=host_times,
-                                      slices=slices, exchange=exchange)
+                                      plan=plan, host_times=host_times, slices=slices,
+                                      exchange=exchange, layrub=layrub)
     finally:
         bar.close()
     return gpu, bound

@@ -18,6 +18,7 @@ from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import Schedule, build_schedule
 from pimrt.runtime.work import context, task_records
 from pimrt.runtime.authority import layer_parameters, slack_parameters
+from pimrt.runtime.authority_rules import AUTHORITY_RULES, DEFAULT_AUTHORITY_RULE  # noqa: F401
 from pimrt.trace.records import (BARRIER, COMPUTE, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ,
                                  RECORD_DTYPE, SIGNAL, WAIT, WRITE)
 
@@ -39,6 +40,7 @@ class StepTiming:
     exchange: object = None    # the ExchangeConfig the update ran with
     deferred: dict = dataclasses.field(default_factory=dict)  # the planned dWs: {CONV: later CONV}
     authority_rule: str | None = None   # how the authority parameters were set, if they were
+    profile: "StepTiming | None" = None  # the profiled earlier step the slack rule planned on
 
     @property
     def makespan(self) -> int:
@@ -181,12 +183,10 @@ def group_rule(part, host_part, groups: int = 4):
 # 10.671 ms, MobileNetV2 4.931 / 5.047 / 5.176; docs/runtime-measurements.md); `--groups 4` asks
 # for them (the one-stack part's choice).
 DEFAULT_GROUPS = 1
-# how the authority policy's parameters are set per host task (pimrt.runtime.authority):
-# by slack by default (the shorter step on 24 of the 32x32 sensitivity study's 30 points, all
-# five CNNs on the default system among them; docs/runtime.md); "layer" is the per-layer
-# rule, the default until 2026-12-04
-AUTHORITY_RULES = ("layer", "slack")
-DEFAULT_AUTHORITY_RULE = "slack"
+# how the authority policy's parameters are set per host task: pimrt.runtime.authority_rules
+# (the slack rule, profile-guided, by default: the shorter step on 24 of the 32x32 sensitivity
+# study's 30 points with the oracle's durations, all five CNNs on the default system among
+# them; docs/runtime.md)
 DEFAULT_SLICES = 4     # most batch slices of the forward pass (docs/runtime.md)
 # how much longer a CONV's batch slices may take the host (modelled) than its channel groups:
 # the pipeline across layers hides some (batch 32, 32x32, authority, slack 0.05 / 0.15 / 0.3:
@@ -286,15 +286,69 @@ def with_host_buffering(part, host_part):
 
 def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
                     issue_width: int | None = None, progress=None, exchange=None,
-                    host_times=None) -> dict:
-    """Every task's duration when it has the memory to itself: the schedule run through
-    memctl with a barrier whenever the side changes (host and PIM never at once); task_key
-    -> cycles. exchange: the ExchangeConfig of a GradSA schedule (default: the SGD update)."""
+                    host_times=None, layrub: bool = False) -> dict:
+    """Every task's duration when its side has the memory to itself: the schedule's host
+    tasks, in order, through one controller and its PIM tasks through another, each keeping
+    its dependencies on its own side (the other side's have ended by then). No mode switch
+    and none of the other side's traffic is in any task's time: the PIM stays in its mode
+    from its first task on. A task's duration is its own share of its side's span
+    (marginal). task_key -> cycles. exchange: the ExchangeConfig of a GradSA schedule
+    (default: the SGD update). layrub: Layrub's DMA is the host's, issued where the step
+    issues it (after the host task at or before the one it follows)."""
+    from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.runtime.plan import task_key
-    alone = time_schedule(dataclasses.replace(schedule, pipelined=False), graph, part,
-                          host_part, "serial", issue_width, progress, exchange=exchange,
-                          host_times=host_times)
-    return {task_key(t): int(alone.end[t.id]) - int(alone.start[t.id]) for t in schedule.tasks}
+    exchange = exchange or ExchangeConfig()
+    dma = {}
+    if layrub:
+        ctx = context(graph, part, place_step(graph, part, exchange.mode), host_part,
+                      "serial", exchange=exchange, host_times=host_times)
+        dma = layrub_transfers(schedule, ctx)
+    out = {}
+    for side in ("host", "pim"):
+        tasks = side_tasks(schedule, side)
+        if not tasks:
+            continue
+        transfers = host_dma(schedule, dma) if side == "host" and dma else None
+        alone = time_schedule(dataclasses.replace(schedule, tasks=tasks, pipelined=False),
+                              graph, part, host_part, "serial", issue_width, progress,
+                              exchange=exchange, host_times=host_times, transfers=transfers)
+        out.update(zip((task_key(t) for t in tasks), marginal(alone.start, alone.end)))
+    return out
+
+
+def side_tasks(schedule: Schedule, side: str) -> list:
+    """The schedule's tasks of one side, in order, numbered from 0, each with its
+    dependencies on that side alone."""
+    mine = [t for t in schedule.tasks if t.side == side]
+    new = {t.id: i for i, t in enumerate(mine)}
+    return [dataclasses.replace(t, id=i, deps=[new[d] for d in t.deps if d in new])
+            for i, t in enumerate(mine)]
+
+
+def host_dma(schedule: Schedule, transfers: dict) -> dict:
+    """Layrub's DMA (task id -> transfers) renumbered for side_tasks(schedule, "host"): each
+    after the last host task at or before the task it follows in the step (the host's own
+    stream issues it there); before the first host task, after that one."""
+    out: dict[int, list] = {}
+    host = -1
+    for t in schedule.tasks:
+        if t.side == "host":
+            host += 1
+        if t.id in transfers:
+            out.setdefault(max(host, 0), []).extend(transfers[t.id])
+    return out
+
+
+def marginal(start: np.ndarray, end: np.ndarray) -> list[int]:
+    """Each task's own share of its side's time, the tasks in stream order: from its start,
+    or the previous task's end if that is later (the next task's requests issue while the
+    last ones of the task before it complete), to its end. A stream's SIGNALs fire in its
+    order, so the shares add up to the side's span less its idle gaps."""
+    out, last = [], 0
+    for s, e in zip(start.tolist(), end.tolist()):
+        out.append(max(0, e - max(s, last)))
+        last = max(last, e)
+    return out
 
 
 _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
@@ -302,21 +356,22 @@ _PLANNED: list = []     # the last few planned schedules: (graph, key, result)
 
 def planned_schedule(graph: LayerGraph, groups: int, part, host_part, issue_width: int | None = None,
                      progress=None, plan: bool = True, exchange=None, host_times=None,
-                     slices: int = 1):
+                     slices: int = 1, layrub: bool = False):
     """The pipelined schedule with its weight gradients placed by pimrt.runtime.plan (on the
-    tasks' durations alone), those durations, and the plan ({CONV: later CONV}). exchange:
+    tasks' durations alone), its tasks' durations alone (alone_durations, timed again once
+    the plan moved any), and the plan ({CONV: later CONV}). exchange:
     an ExchangeConfig for GradSA's schedule (default: the SGD update). Kept for the graph's
     next policy (pimrt compare times each graph several times)."""
     from pimrt.runtime.exchange import ExchangeConfig
     exchange = exchange or ExchangeConfig()
     key = (groups, _part_key(part), str(host_part), issue_width, plan,
            repr(exchange.as_dict()),
-           hash(frozenset(host_times.items())) if host_times else None, slices)
+           hash(frozenset(host_times.items())) if host_times else None, slices, layrub)
     for g, k, result in _PLANNED:
         if g is graph and k == key:
             return result
     result = _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange,
-                   host_times, slices)
+                   host_times, slices, layrub)
     _PLANNED.append((graph, key, result))
     del _PLANNED[:-4]
     return result
@@ -329,16 +384,22 @@ def _part_key(part) -> tuple:
 
 
 def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange, host_times,
-          slices):
+          slices, layrub):
     from pimrt.runtime.plan import plan_deferrals
 
     def build(defer):
         return pipelined_schedule(graph, groups, part, host_part, exchange.mode, slices, defer)
     schedule = build({})
     duration = alone_durations(schedule, graph, part, host_part, issue_width, progress,
-                               exchange, host_times)
+                               exchange, host_times, layrub)
     defer = plan_deferrals(build, duration) if plan else {}
-    return (build(defer) if defer else schedule), duration, defer
+    if not defer:
+        return schedule, duration, defer
+    # the moved weight gradients change what runs next to what: the durations of the
+    # schedule as it will run (for the slack rule and the bounds)
+    schedule = build(defer)
+    return schedule, alone_durations(schedule, graph, part, host_part, issue_width, progress,
+                                     exchange, host_times, layrub), defer
 
 
 def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAULT_GROUPS,
@@ -390,19 +451,39 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
         schedule = pipelined_schedule(graph, groups, p, host_part, exchange.mode, slices)
     else:
         schedule = build_schedule(graph, 1, pipelined=False, exchange=exchange.mode)
-    slack = None
-    if rule and authority_rule == "slack":
-        if duration is None:
+    slack, profile = None, None
+    if rule and authority_rule != "layer":
+        if authority_rule == "slack":      # profiled on an earlier step, the per-layer rule's
+            profile = time_schedule(schedule, graph, p, host_part, policy, issue_width,
+                                    progress, options, True, layrub, exchange, placement,
+                                    host_times)
+            profile.deferred, profile.authority_rule = defer, "layer"
+            duration = measured_durations(profile)
+        elif duration is None:
             duration = alone_durations(schedule, graph, p, host_part, issue_width, progress,
-                                       exchange, host_times)
+                                       exchange, host_times, layrub)
         from pimrt.runtime.plan import slack as task_slack, task_key
         left = task_slack(schedule, duration)
         slack = {t.id: (int(left[t.id]), duration[task_key(t)]) for t in schedule.tasks}
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
-                           options, rule, layrub, exchange, placement, host_times, slack, sink)
+                           options, rule, layrub, exchange, placement, host_times, slack,
+                           sink=sink)
     timing.deferred = defer
     timing.authority_rule = authority_rule if rule else None
+    timing.profile = profile
     return timing
+
+
+def measured_durations(step: StepTiming) -> dict:
+    """Each task's duration as a profiler sees it in a timed step: its own share of its
+    side's time (marginal over that side's tasks in stream order). task_key -> cycles."""
+    from pimrt.runtime.plan import task_key
+    out = {}
+    for side in ("host", "pim"):
+        tasks = [t for t in step.schedule.tasks if t.side == side]
+        ids = [t.id for t in tasks]
+        out.update(zip(map(task_key, tasks), marginal(step.start[ids], step.end[ids])))
+    return out
 
 
 def peak_issue_width(part) -> int:
@@ -424,12 +505,14 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
                   policy: str = "authority", issue_width: int | None = None, progress=None,
                   options: dict | None = None, rule: bool = False, layrub: bool = False,
                   exchange=None, placement=None, host_times=None,
-                  slack: dict | None = None, sink=None) -> StepTiming:
+                  slack: dict | None = None, transfers: dict | None = None,
+                  sink=None) -> StepTiming:
     """Run the tasks of `schedule` through memctl under `policy` on the part (a Part, as
     step_part gives it); a schedule with pipelined=False gets a barrier whenever the side
     changes. rule: the authority parameters per host CONV/linear (pimrt.runtime.authority);
     slack: {task id: (slack, duration alone)} for the slack rule instead of the per-layer
-    one. sink: an object that sees the stream as it is fed (pimrt.trace.step.StepTrace)."""
+    one. transfers: Layrub's DMA by task id (layrub_transfers) when the caller placed them
+    itself. sink: an object that sees the stream as it is fed (pimrt.trace.step.StepTrace)."""
     from pimrt.runtime.exchange import ExchangeConfig
     exchange = exchange or ExchangeConfig()
     issue_width = issue_width or peak_issue_width(part)
@@ -440,7 +523,8 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
     ctl = Controller(part, Options(policy=policy, issue_width=issue_width, **(options or {}),
                                    **(sink.options() if sink else {})))
     wall = time.perf_counter()
-    transfers = layrub_transfers(schedule, ctx) if layrub else None
+    if layrub and transfers is None:
+        transfers = layrub_transfers(schedule, ctx)
     stream = task_stream(schedule, ctx, rule, transfers, slack)
     total = _run(ctl, sink.record(stream, schedule, ctl) if sink else stream, progress)
     if sink:
@@ -482,7 +566,7 @@ def _task_times(ctl, n: int) -> tuple[np.ndarray, np.ndarray]:
 def contention_free_bound(graph: LayerGraph, groups: int = DEFAULT_GROUPS, part="v100_hbm2_pim",
                           host_part="v100", issue_width: int | None = None, progress=None,
                           plan: bool = True, host_times=None, slices: int | None = None,
-                          exchange=None) -> dict:
+                          exchange=None, layrub: bool = False) -> dict:
     """The pipelined step as if host and PIM each had the memory to themselves: every task of
     the co-execution schedule (with its planned weight gradients, as time_step runs it) is
     timed through memctl alone (host and PIM never at once: a barrier whenever the side
@@ -496,10 +580,11 @@ def contention_free_bound(graph: LayerGraph, groups: int = DEFAULT_GROUPS, part=
         exchange = ExchangeConfig(mode=exchange or "sgd")
     p = step_part(part, host_part)
     slices = slices_for(graph.batch, slices)
-    plan = plan and exchange.mode in ("sgd", "gradsa")     # as time_step plans
+    plan = plan and exchange.mode in ("sgd", "gradsa") and not layrub   # as time_step plans
     schedule, duration, _ = planned_schedule(graph, groups, p, host_part, issue_width,
                                              progress, plan, exchange=exchange,
-                                             host_times=host_times, slices=slices)
+                                             host_times=host_times, slices=slices,
+                                             layrub=layrub)
     makespan = list_schedule(schedule, duration)[0]
     busy = {side: int(sum(duration[task_key(t)] for t in schedule.tasks if t.side == side))
             for side in ("host", "pim")}

@@ -9,13 +9,17 @@ import sys
 from pimrt.errors import ConfigError, PimrtError
 
 
-def check_points(spec, quiet: bool = False) -> None:
+def check_points(spec, quiet: bool = False) -> list[str]:
+    """Raise the first error a point would hit, naming the point; return the notes of the
+    layers the PIM has no program for, one line per captured model (as pimrt run and compare
+    print them)."""
     from tqdm import tqdm
     from pimrt.memctl import POLICIES
     from pimrt.runtime import session
     from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.sweep.worker import system_of
-    graphs, systems, checked = {}, {}, set()
+    from pimrt.runtime.schedule import host_fallback_note
+    graphs, systems, checked, notes = {}, {}, set(), []
     for p in tqdm(spec.points, desc="checking points", unit="point", leave=False,
                   file=sys.stderr, disable=quiet or None):
         o = p.options
@@ -27,6 +31,9 @@ def check_points(spec, quiet: bool = False) -> None:
             gk = (o["model"], o["batch"], o["input"], o["allow_unsupported"])
             if gk not in graphs:
                 graphs[gk] = session.captured(*gk)
+                note = host_fallback_note(graphs[gk])
+                if note and f"{o['model']}: {note}" not in notes:
+                    notes.append(f"{o['model']}: {note}")
             graph = graphs[gk]
             from pimrt.sweep.spec import part_keys
             sk = repr((o["part"], o["host_part"], part_keys(o)))
@@ -44,6 +51,7 @@ def check_points(spec, quiet: bool = False) -> None:
         except PimrtError as exc:
             raise ConfigError(f"{spec.path}: point {p.index + 1} ({_show(p.values)}): {exc}") \
                 from None
+    return notes
 
 
 def _show(values: dict) -> str:

@@ -96,8 +96,8 @@ def bound(o: dict) -> dict:
     from pimrt.runtime.timing import contention_free_bound
     s = _Setup(o)
     value = contention_free_bound(s.graph, o["groups"], s.part, s.host,
-                                  plan=not o["no_plan"] and not o["layrub"],
-                                  host_times=s.times, slices=s.slices, exchange=s.exchange)
+                                  plan=not o["no_plan"], host_times=s.times,
+                                  slices=s.slices, exchange=s.exchange, layrub=o["layrub"])
     planned = [(k, r) for g, k, r in getattr(timing, "_PLANNED", []) if g is s.graph]
     return {"bound": value, "graph": s.graph, "planned": planned}
 
