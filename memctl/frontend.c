@@ -33,6 +33,7 @@ static int layer_index(mc_sim *sim, uint32_t id, uint32_t *out)
     ls->start = NEVER;
     ls->end = 0;
     ls->requests = 0;
+    memset(ls->by, 0, sizeof ls->by);
     if (idmap_put(&sim->layer_map, id, sim->nlayers))
         return mc_set_error(sim, MC_ERR_MEMORY, "out of memory for layer %u", id);
     *out = (uint32_t)sim->nlayers++;

@@ -186,6 +186,7 @@ typedef struct layer_span {
     uint32_t id;
     tick start, end;
     uint64_t requests;
+    mc_layer_stats by[MC_NUM_REQ];   /* per requestor */
 } layer_span;
 
 struct mc_policy;
@@ -267,7 +268,7 @@ struct mc_sim {
     uint32_t *mode_channel;
     uint8_t *mode_enter;
     uint64_t mode_len, mode_cap;
-    uint64_t *comp_index, *comp_cycle, *comp_issue;
+    uint64_t *comp_index, *comp_cycle, *comp_issue, *comp_arrival;
     uint64_t comp_len, comp_cap;
     layer_span *layers;        /* in order of first use; layer_map: id -> index */
     uint64_t nlayers, layers_cap;

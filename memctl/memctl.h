@@ -214,6 +214,9 @@ int mc_get_energy(const mc_sim *sim, int channel, int rank, mc_energy *out);
  * served from a queued write) */
 uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint64_t *issue,
                              uint64_t max);
+/* the same with each request's arrival cycle (when its front end offered it to the queue) */
+uint64_t mc_completions_take_arrival(mc_sim *sim, uint64_t *index, uint64_t *cycle,
+                                     uint64_t *issue, uint64_t *arrival, uint64_t max);
 /* decode one address into fields (channel counts pseudo-channels): for tests. MC_ERR_ARG
  * (fields untouched) for a NULL pointer or an address at or beyond the capacity */
 int mc_decode(const mc_sim *sim, uint64_t addr, int64_t *fields);
@@ -230,6 +233,12 @@ uint64_t mc_layer_ids(const mc_sim *sim, uint32_t *ids, uint64_t max);
  * MC_ERR_ARG for a NULL pointer */
 int mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *end,
                   uint64_t *requests);
+/* what the requests of layer `layer` (its id) from one requestor did (zeros for a layer the
+ * trace did not name); MC_ERR_ARG for a NULL pointer or a requestor that is not 0 or 1 */
+typedef struct mc_layer_stats {
+    uint64_t reads, writes, latency_sum, row_hits, row_misses, row_conflicts;
+} mc_layer_stats;
+int mc_get_layer_stats(const mc_sim *sim, uint64_t layer, int requestor, mc_layer_stats *out);
 
 
 /* pimrt.trace's fast reader of simple text formats (tracetext.c, not part of the model): the

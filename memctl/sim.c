@@ -296,6 +296,7 @@ void mc_free(mc_sim *sim)
     free(sim->comp_index);
     free(sim->comp_cycle);
     free(sim->comp_issue);
+    free(sim->comp_arrival);
     free(sim->layers);
     free(sim->events);
     free(sim->pending_events);

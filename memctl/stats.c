@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -80,6 +81,12 @@ void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick is
         if (r->arrival < ls->start) ls->start = r->arrival;
         if (done > ls->end) ls->end = done;
         ls->requests++;
+        mc_layer_stats *b = &ls->by[r->requestor];
+        if (r->op == MC_READ) b->reads++; else b->writes++;
+        b->latency_sum += lat;
+        if (r->cls == CLS_HIT) b->row_hits++;
+        else if (r->cls == CLS_MISS) b->row_misses++;
+        else b->row_conflicts++;
     }
     if (sim->cfg.keep_completions) {
         if (sim->comp_len == sim->comp_cap) {
@@ -90,7 +97,9 @@ void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick is
             if (b) sim->comp_cycle = b;
             uint64_t *d = realloc(sim->comp_issue, cap * sizeof *d);
             if (d) sim->comp_issue = d;
-            if (!a || !b || !d) {
+            uint64_t *e = realloc(sim->comp_arrival, cap * sizeof *e);
+            if (e) sim->comp_arrival = e;
+            if (!a || !b || !d || !e) {
                 mc_set_error(sim, MC_ERR_MEMORY, "out of memory keeping completions");
                 sim->cfg.keep_completions = 0;
                 return;
@@ -99,6 +108,7 @@ void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick is
         }
         sim->comp_index[sim->comp_len] = r->index;
         sim->comp_issue[sim->comp_len] = issue < 0 ? UINT64_MAX : (uint64_t)issue;
+        sim->comp_arrival[sim->comp_len] = (uint64_t)r->arrival;
         sim->comp_cycle[sim->comp_len++] = (uint64_t)done;
     }
 }
@@ -210,16 +220,25 @@ uint64_t mc_completions_take(mc_sim *sim, uint64_t *index, uint64_t *cycle, uint
                              uint64_t max)
 {
     if (!sim || !index || !cycle || !issue) return 0;
+    return mc_completions_take_arrival(sim, index, cycle, issue, NULL, max);
+}
+
+uint64_t mc_completions_take_arrival(mc_sim *sim, uint64_t *index, uint64_t *cycle,
+                                     uint64_t *issue, uint64_t *arrival, uint64_t max)
+{
+    if (!sim || !index || !cycle || !issue) return 0;
     uint64_t n = sim->comp_len < max ? sim->comp_len : max;
     for (uint64_t i = 0; i < n; i++) {
         index[i] = sim->comp_index[i];
         cycle[i] = sim->comp_cycle[i];
         issue[i] = sim->comp_issue[i];
+        if (arrival) arrival[i] = sim->comp_arrival[i];
     }
     for (uint64_t i = n; i < sim->comp_len; i++) {
         sim->comp_index[i - n] = sim->comp_index[i];
         sim->comp_cycle[i - n] = sim->comp_cycle[i];
         sim->comp_issue[i - n] = sim->comp_issue[i];
+        sim->comp_arrival[i - n] = sim->comp_arrival[i];
     }
     sim->comp_len -= n;
     return n;
@@ -248,5 +267,19 @@ int mc_layer_span(const mc_sim *sim, uint64_t layer, uint64_t *start, uint64_t *
     *start = ls->requests ? (uint64_t)ls->start : 0;
     *end = (uint64_t)ls->end;
     *requests = ls->requests;
+    return MC_OK;
+}
+
+int mc_get_layer_stats(const mc_sim *sim, uint64_t layer, int requestor, mc_layer_stats *out)
+{
+    if (!sim || !out) return bad_arg(sim, "mc_get_layer_stats: NULL pointer");
+    if (requestor < 0 || requestor >= MC_NUM_REQ)
+        return bad_arg(sim, "mc_get_layer_stats: no such requestor");
+    int64_t k = layer <= UINT32_MAX ? mc_layer_index(sim, (uint32_t)layer) : -1;
+    if (k < 0) {
+        memset(out, 0, sizeof *out);
+        return MC_OK;
+    }
+    *out = sim->layers[k].by[requestor];
     return MC_OK;
 }

@@ -70,6 +70,8 @@ def test_live_within_5_percent(tmp_path):
     configs = pathlib.Path(os.environ["PIMRT_DRAMSIM3_CONFIGS"])
     assert bench.run(_args(tmp_path, DRIVE, configs, requests=20000)) == 0
     rows = json.loads((tmp_path / "out.json").read_text())
-    assert len(rows) == 10
+    assert len(rows) == 11
     for r in rows:
         assert abs(r["cycles"] / r["dramsim3_cycles"] - 1) <= 0.05, r
+    step = rows[-1]      # a real CNN step's GPU-only trace (issue 40)
+    assert step["case"] == "hbm2-cnn-step" and step["requests"] == 1_212_747

@@ -99,13 +99,16 @@ static void run_policy(const char *policy, int with_pim)
         check_scope(sim, policy);
     } while (rc == MC_PAUSED);
     CHECK(rc == MC_OK, "%s: finish rc %d: %s", policy, rc, mc_error(sim));
-    uint64_t m, total = 0, dup = 0;
-    while ((m = mc_completions_take(sim, idx, cyc, iss, 512)) > 0) {
+    uint64_t m, total = 0, dup = 0, late = 0, arr[512];
+    while ((m = mc_completions_take_arrival(sim, idx, cyc, iss, arr, 512)) > 0) {
         for (uint64_t i = 0; i < m; i++) {
             if (idx[i] < (uint64_t)n) { dup += seen[idx[i]]++ > 0; }
+            late += arr[i] > cyc[i] || (idx[i] < (uint64_t)n && arr[i] < r[idx[i]].cycle);
             total++;
         }
     }
+    CHECK(late == 0, "%s: %llu arrivals after their completion or before their record's cycle",
+          policy, (unsigned long long)late);
     CHECK(total == requests, "%s: %llu completions for %llu requests", policy,
           (unsigned long long)total, (unsigned long long)requests);
     CHECK(dup == 0, "%s: %llu requests completed twice", policy, (unsigned long long)dup);
@@ -647,6 +650,11 @@ static void api_arguments(void)
     uint64_t a, b, c;
     CHECK(mc_layer_span(sim, 0, &a, NULL, &c) == MC_ERR_ARG && mc_layer_span(sim, 5, &a, &b, &c) == MC_OK,
           "layer span");
+    mc_layer_stats ls;
+    CHECK(mc_get_layer_stats(sim, 0, 0, NULL) == MC_ERR_ARG && mc_get_layer_stats(sim, 0, 2, &ls) ==
+          MC_ERR_ARG && mc_get_layer_stats(NULL, 0, 0, &ls) == MC_ERR_ARG, "layer stats NULL");
+    CHECK(mc_get_layer_stats(sim, 77, 1, &ls) == MC_OK && ls.reads == 0 && ls.row_hits == 0,
+          "layer stats of an unused id");
     CHECK(mc_cmdlog_take(sim, NULL, 10) == 0 && mc_completions_take(NULL, &a, &b, &c, 1) == 0,
           "take NULL");
     CHECK(strstr(mc_error(NULL), "NULL") != NULL, "mc_error(NULL)");

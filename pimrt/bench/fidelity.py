@@ -23,6 +23,8 @@ CASES = {
     "bursts": "bursts of 64 random reads, one burst every 320 cycles (DDR4 serves them in "
               "about that time; HBM2 idles between them)",
 }
+#: the real CNN step's case (HBM2 only: pimrt.bench._fidelity_step), run after the others
+STEP_CASE = "cnn-step"
 PARTS = (("hbm2", 4), ("ddr4", 1))
 TOLERANCE = 0.05
 
@@ -91,7 +93,8 @@ def run(args) -> int:
         raise ConfigError(f"--requests must be >= 1, got {args.requests}")
     only = set(args.only.split(",")) if args.only else None
     if only:
-        known = set(CASES) | {f"{p}-{c}" for p, _ in PARTS for c in CASES}
+        known = set(CASES) | {f"{p}-{c}" for p, _ in PARTS for c in CASES} | \
+            {STEP_CASE, f"hbm2-{STEP_CASE}"}
         bad = sorted(only - known)
         if bad:
             raise ConfigError(f"--only: unknown case {bad[0]!r} (one of: {', '.join(CASES)}, "
@@ -119,6 +122,16 @@ def run(args) -> int:
                              "within_5pct": abs(dev) <= TOLERANCE})
                 print(f"{name:<16}{width:>3}{s['cycles']:>14,}{ref:>14,}{100 * dev:>+19.1f}%",
                       flush=True)
+        if not only or only & {STEP_CASE, f"hbm2-{STEP_CASE}"}:
+            from pimrt.bench import _fidelity_step as fidelity_step
+            r = fidelity_step.row(drive, configs, tmp, load_part("hbm2", _overrides(args.set)
+                                                                 or None), PARTS[0][1])
+            r["deviation"] = dev = r["cycles"] / r["dramsim3_cycles"] - 1
+            r["within_5pct"] = abs(dev) <= TOLERANCE
+            rows.append(r)
+            print(f"{r['case']:<16}{r['width']:>3}{r['cycles']:>14,}{r['dramsim3_cycles']:>14,}"
+                  f"{100 * dev:>+19.1f}%  ({r['requests']:,} requests of "
+                  f"{fidelity_step.MODEL}'s GPU-only step)", flush=True)
     bad = [r["case"] for r in rows if not r["within_5pct"]]
     print(f"{len(rows) - len(bad)} of {len(rows)} cases within 5% of DRAMsim3"
           + (f"; not: {', '.join(bad)}" if bad else ""))

@@ -18,12 +18,15 @@ def register(subparsers) -> None:
     p.add_argument("--format", default=None,
                    help="trace format: pimrt, npy, dramsim3, ramulator, ramulator_dram, "
                         "ramulator_rw, ramulator_cpu (default: detected)")
-    p.add_argument("--config", default="hbm2",
-                   help="memory part: a shipped name (hbm2, ddr4, hbm2_pim, v100_hbm2_pim) or a TOML file")
-    p.add_argument("--policy", default="authority",
-                   help="host/PIM sharing: serial, bank_partition, authority")
-    p.add_argument("--issue-width", type=int, default=4, metavar="W",
-                   help="requests the front end offers per memory cycle (1 = DRAMsim3's)")
+    p.add_argument("--config", default=None,
+                   help="memory part: a shipped name (hbm2, ddr4, hbm2_pim, v100_hbm2_pim) or a "
+                        "TOML file (default: a step trace's part, else hbm2)")
+    p.add_argument("--policy", default=None,
+                   help="host/PIM sharing: serial, bank_partition, authority (default: a step "
+                        "trace's policy, else authority)")
+    p.add_argument("--issue-width", type=int, default=None, metavar="W",
+                   help="requests the front end offers per memory cycle (1 = DRAMsim3's; "
+                        "default: a step trace's, else 4)")
     p.add_argument("--high-watermark", type=int, default=None,
                    help="authority: queued requests of the waiting side that force a hand-over")
     p.add_argument("--epoch-cap", type=int, default=None,
@@ -39,6 +42,11 @@ def register(subparsers) -> None:
     p.add_argument("--csv", type=pathlib.Path, default=None,
                    help="write per-channel, per-requestor stats as CSV")
     p.add_argument("--cmdlog", type=pathlib.Path, default=None, help="write every DRAM command (CSV)")
+    p.add_argument("--per-layer", action="store_true",
+                   help="print the per-layer table (requests, bytes, bandwidth, latency, row "
+                        "hits, energy) from the trace's LAYER markers")
+    p.add_argument("--layers-csv", type=pathlib.Path, default=None,
+                   help="write the per-layer table as CSV (default: none)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -71,21 +79,26 @@ def run(args) -> int:
     from pimrt.memctl import Options, load_part, run_trace, write_stats_csv
     from pimrt.trace import open_trace
 
-    part = load_part(args.config, _overrides(args.set) or None)
+    from pimrt.trace import replay
+    meta = _step_meta(args.trace)
+    part, policy, width, window, notes = replay.settings(
+        meta, args.config, args.policy, args.issue_width, _overrides(args.set), args.window)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     pim_banks = None
     if args.pim_banks:
         try:
             pim_banks = tuple(int(b) for b in args.pim_banks.split(","))
         except ValueError:
             raise ConfigError(f"--pim-banks {args.pim_banks!r}: expected bank numbers") from None
-    opts = Options(policy=args.policy, issue_width=args.issue_width, pim_banks=pim_banks,
+    opts = Options(policy=policy, issue_width=width, pim_banks=pim_banks,
                    host_high_watermark=args.high_watermark, pim_high_watermark=args.high_watermark,
-                   epoch_cap=args.epoch_cap, window=args.window)
+                   epoch_cap=args.epoch_cap, window=window)
     _check_trace_path(args.trace, args.format)
     from pimrt.output import atomic_write_text, check_out_file
-    for opt in ("stats", "csv", "cmdlog"):  # before the simulation, not after it
+    for opt in ("stats", "csv", "cmdlog", "layers_csv"):  # before the simulation, not after it
         if getattr(args, opt) is not None:
-            check_out_file(getattr(args, opt), f"--{opt}")
+            check_out_file(getattr(args, opt), f"--{opt.replace('_', '-')}")
     trace = open_trace(args.trace, args.format, capacity_bytes=part.capacity_bytes, part=part)
     bar = None
     if not args.quiet and sys.stderr.isatty():   # (tqdm's import costs ~15 ms of a 0.2 s run)
@@ -112,7 +125,25 @@ def run(args) -> int:
     if args.csv:
         write_stats_csv(stats, args.csv)
     print(summary_table(stats))
+    if args.per_layer or args.layers_csv:
+        from pimrt.memctl.layers import layer_rows, layer_table, write_layers_csv
+        rows = layer_rows(stats, part)
+        if args.per_layer:
+            print(layer_table(rows))
+        if args.layers_csv:
+            write_layers_csv(rows, args.layers_csv)
+    if replay.same_as_run(meta, notes) and (args.high_watermark, args.epoch_cap,
+                                            args.pim_banks) == (None, None, None):
+        print(replay.check_line(meta, stats))
     return 0
+
+
+def _step_meta(path: pathlib.Path):
+    """The run a .npy step trace was written by (pimrt.trace.step), or None."""
+    if path.suffix != ".npy" or not path.is_file():
+        return None
+    from pimrt.trace.step import read_meta
+    return read_meta(path)
 
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -159,6 +190,10 @@ def _check_trace_path(path: pathlib.Path, fmt: str | None) -> None:
         raise TraceError(f"{path}: is a directory, not a trace file")
     if not path.exists():
         return  # the reader says "no such trace file"
+    if path.name.endswith(".layers.json"):
+        trace = path.with_name(path.name[:-len(".layers.json")])
+        raise TraceError(f"{path}: is the sidecar of a binary trace (its layer names and the "
+                         f"run that wrote it), not a trace; give the trace ({trace})")
     if fmt == "npy" or (fmt is None and path.suffix == ".npy"):
         try:
             with open(path, "rb") as f:

@@ -65,8 +65,33 @@ def register(subparsers) -> None:
                         "it) to replay times measured elsewhere. docs/runtime.md")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results"),
                    help="folder of the results (summary.json, layers.csv, trace.json, plots)")
+    p.add_argument("--save-trace", type=pathlib.Path, default=None, metavar="FILE",
+                   help="write the step's memctl stream (host and PIM requests, markers, "
+                        "parameters) under --policy to FILE as it runs, with its sidecar "
+                        "FILE.layers.json; with --format dramsim3 or ramulator the GPU-only "
+                        "step's host requests at their arrival cycles (default: none; "
+                        "docs/traces.md)")
+    p.add_argument("--format", default="npy", choices=TRACE_FORMATS,
+                   help="format of --save-trace: npy (pimrt's binary, replayed by pimrt "
+                        "memsim), dramsim3 or ramulator (Ramulator 2 load/store)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
+
+
+TRACE_FORMATS = ("npy", "dramsim3", "ramulator")
+
+
+def trace_sinks(args, meta: dict) -> tuple:
+    """(sink of the policy's run, sink of the GPU-only run) for --save-trace."""
+    if args.save_trace is None:
+        return None, None
+    if args.format == "npy":
+        from pimrt.trace.step import StepTrace
+        keys = ("model", "batch", "input", "host_part", "slices")
+        return StepTrace(args.save_trace, {**{k: meta[k] for k in keys},
+                                           "step": args.policy}), None
+    from pimrt.trace.host_export import HostTrace
+    return None, HostTrace(args.save_trace, args.format)
 
 
 def run(args) -> int:
@@ -80,6 +105,9 @@ def run(args) -> int:
         raise ConfigError(f"unknown policy {args.policy!r}; choose one of {', '.join(POLICIES)}")
     from pimrt.output import check_out_dir, lock_out_dir
     check_out_dir(args.out, create=False)    # before any work; created and locked below
+    if args.save_trace is not None:
+        from pimrt.output import check_out_file
+        check_out_file(args.save_trace, "--save-trace")
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
     from pimrt.runtime.schedule import host_fallback_note
@@ -151,14 +179,17 @@ def run(args) -> int:
                   "docs/runtime.md)",
                   file=sys.stderr)
     meta["layrub"] = args.layrub
+    sink, gpu_sink = trace_sinks(args, meta)
     serial = session.timed(graph, "serial", 1, args.part, args.host_part, args.quiet, "serial",
-                           args.layrub, exchange, host_times=times)
+                           args.layrub, exchange, host_times=times,
+                           sink=sink if args.policy == "serial" else None)
     run = serial if args.policy == "serial" else session.timed(
         graph, args.policy, args.groups, args.part, args.host_part, args.quiet, args.policy,
         args.layrub, exchange, plan=not args.no_plan, host_times=times, slices=slices,
-        authority_rule=args.authority_rule)
+        authority_rule=args.authority_rule, sink=sink)
     gpu, bound = session.baselines(graph, args.groups, args.part, args.host_part, args.quiet,
-                                   "", args.layrub, exchange, not args.no_plan, times, slices)
+                                   "", args.layrub, exchange, not args.no_plan, times, slices,
+                                   gpu_sink)
     s = report.write_all(run, serial, meta, out, gpu, bound)
     sy = meta["system"]
     m = sy["memory"]
@@ -196,4 +227,10 @@ def run(args) -> int:
           f"state {mem['peak_bytes'] / 2**20:.1f} MiB ({split} MiB)")
     print(f"wrote {out / 'summary.json'}, {out / 'layers.csv'}, {out / 'trace.json'} (Perfetto), "
           + ", ".join(s["plots"]))
+    if args.save_trace is not None:
+        what = f"the {args.policy} step's memctl stream" if sink else \
+            f"the GPU-only step's {gpu_sink.count:,} host requests"
+        print(f"wrote {what} to {args.save_trace}"
+              + (f" ({sink.meta['records']:,} records; replay: pimrt memsim "
+                 f"{args.save_trace})" if sink else f" ({args.format} format)"))
     return 0

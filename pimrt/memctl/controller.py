@@ -294,13 +294,15 @@ class Controller:
             rec["enter"] = np.frombuffer(ffi.buffer(pe, n), np.uint8)
             self.mode_log.append(rec)
         if self.options.keep_completions:
-            idx, cyc, iss = (np.empty(1 << 16, dtype=np.uint64) for _ in range(3))
-            pi, pc, ps = (ffi.cast("uint64_t *", ffi.from_buffer(a)) for a in (idx, cyc, iss))
+            idx, cyc, iss, arr = (np.empty(1 << 16, dtype=np.uint64) for _ in range(4))
+            pi, pc, ps, pa = (ffi.cast("uint64_t *", ffi.from_buffer(a))
+                              for a in (idx, cyc, iss, arr))
             while True:
-                n = lib.mc_completions_take(self._sim, pi, pc, ps, len(idx))
+                n = lib.mc_completions_take_arrival(self._sim, pi, pc, ps, pa, len(idx))
                 if not n:
                     break
-                self.completions.append(np.stack([idx[:n], cyc[:n], iss[:n]], axis=1).copy())
+                self.completions.append(np.stack([idx[:n], cyc[:n], iss[:n], arr[:n]],
+                                                 axis=1).copy())
 
     def _feed(self, records: np.ndarray | None, last: bool, where: str) -> None:
         """Feed records (None: none) until the C model took them all."""
@@ -423,7 +425,7 @@ class Controller:
             name = (str(i) if layer_names is None else
                     layer_names[i] if i < len(layer_names) else f"layer{i}")
             layers.append({"layer": i, "name": name, "start": int(start[0]), "end": int(end[0]),
-                           "requests": int(nreq[0])})
+                           "requests": int(nreq[0]), **self._layer_by(i)})
         return {
             "part": part.name,
             "policy": self.options.policy,
@@ -447,6 +449,17 @@ class Controller:
             "layers": layers,
             "energy_pj": energy_pj(self._sim, part),
         }
+
+    def _layer_by(self, layer: int) -> dict:
+        """{"host": {...}, "pim": {...}}: what the layer's requests of each side did."""
+        ls = ffi.new("mc_layer_stats *")
+        out = {}
+        for r, who in enumerate(("host", "pim")):
+            self._check(lib.mc_get_layer_stats(self._sim, layer, r, ls), "stats")
+            out[who] = {k: int(getattr(ls, k)) for k in ("reads", "writes", "latency_sum",
+                                                          "row_hits", "row_misses",
+                                                          "row_conflicts")}
+        return {"by": out}
 
     def mode_switches(self) -> np.ndarray:
         """Every PIM_ENTER / PIM_EXIT: structured array (cycle, channel, enter)."""
@@ -485,10 +498,18 @@ class Controller:
     def completion_array(self) -> np.ndarray:
         """(record index in the trace, finish cycle, column-command cycle) rows, when
         Options.keep_completions is set; the last is 2**64-1 for a read served from a queued
-        write."""
+        write. take_completions() also gives each request's arrival cycle."""
         if not self.completions:
             return np.zeros((0, 3), dtype=np.uint64)
-        return np.concatenate(self.completions)
+        return np.concatenate(self.completions)[:, :3]
+
+    def take_completions(self) -> np.ndarray:
+        """The completions drained so far, as completion_array's rows with a fourth column,
+        the arrival cycle (when the front end offered the request), and forgets them."""
+        out = np.concatenate(self.completions) if self.completions else \
+            np.zeros((0, 4), dtype=np.uint64)
+        self.completions = []
+        return out
 
 
 _SUMMED = ("reads", "writes", "bytes", "latency_sum", "row_hits", "row_misses", "row_conflicts",

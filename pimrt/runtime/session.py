@@ -80,14 +80,16 @@ def preflight(graph, part: str, groups: int, exchange: str = "sgd",
 
 def timed(graph, policy: str, groups: int, part: str, host_part: str, quiet: bool = False,
           desc: str = "", layrub: bool = False, exchange=None, plan: bool = True,
-          host_times=None, slices: int | None = None, authority_rule: str | None = None):
+          host_times=None, slices: int | None = None, authority_rule: str | None = None,
+          sink=None):
+    """time_step with a progress bar; sink: writes the step's stream (pimrt.trace.step)."""
     from tqdm import tqdm
     bar = tqdm(unit="rec", unit_scale=True, desc=desc or policy, disable=quiet or None,
                file=sys.stderr, leave=False)
     try:
         return time_step(graph, policy, groups, part=part, host_part=host_part,
                          progress=bar.update, layrub=layrub, exchange=exchange, plan=plan,
-                         host_times=host_times, slices=slices,
+                         host_times=host_times, slices=slices, sink=sink,
                          **({"authority_rule": authority_rule} if authority_rule else {}))
     finally:
         bar.close()
@@ -160,13 +162,14 @@ def system(part: str, host_part: str) -> dict:
 
 def baselines(graph, groups: int, part: str, host_part: str, quiet: bool = False,
               desc: str = "", layrub: bool = False, exchange=None, plan: bool = True,
-              host_times=None, slices: int | None = None) -> tuple:
+              host_times=None, slices: int | None = None, gpu_sink=None) -> tuple:
     """The step's other yardsticks on the same system: GPU-only execution (every op on the
     host) and the co-execution schedule's contention-free bound (with the lower bound
-    max(host work alone, PIM work alone)). -> (gpu_only StepTiming, bound dict)."""
+    max(host work alone, PIM work alone)). -> (gpu_only StepTiming, bound dict). gpu_sink:
+    writes the GPU-only step's requests (pimrt.trace.host_export)."""
     from tqdm import tqdm
     gpu = timed(graph, "gpu_only", 1, part, host_part, quiet, f"{desc} gpu_only".strip(),
-                layrub, exchange, host_times=host_times)
+                layrub, exchange, host_times=host_times, sink=gpu_sink)
     bar = tqdm(unit="rec", unit_scale=True, desc=f"{desc} bound".strip(),
                disable=quiet or None, file=sys.stderr, leave=False)
     try:

@@ -442,7 +442,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
               options: dict | None = None, rule: bool | None = None,
               layrub: bool = False, exchange=None, plan: bool = True,
               host_times=None, slices: int | None = None,
-              authority_rule: str = DEFAULT_AUTHORITY_RULE) -> StepTiming:
+              authority_rule: str = DEFAULT_AUTHORITY_RULE, sink=None) -> StepTiming:
     """Time one training step of `graph` (captured at its batch) under `policy`. The serial
     policy runs the unpipelined schedule (host and PIM take turns per layer). rule (default:
     on for authority unless options fix the parameters) sets the authority parameters per
@@ -456,7 +456,8 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
     the modelled compute of those tasks (pimrt.runtime.host_times). slices: the forward
     pass's batch slices (default: slices_for the batch; the CONVs slice_rule picks run by
     slice; 1: channel groups only). authority_rule: "slack" (by whether the step waits for
-    the host task, the default) or "layer" (the per-layer rule): pimrt.runtime.authority."""
+    the host task, the default) or "layer" (the per-layer rule): pimrt.runtime.authority.
+    sink: sees the timed run's stream as it is fed (pimrt.trace.step; not the plan's runs)."""
     from pimrt.runtime.exchange import ExchangeConfig
     if authority_rule not in AUTHORITY_RULES:
         raise ConfigError(f"unknown authority rule {authority_rule!r}; choose one of "
@@ -468,7 +469,7 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
         p = step_part(part, host_part)
         timing = time_schedule(gpu_only_schedule(graph, exchange.mode), graph, p, host_part,
                                "serial", issue_width, progress, options, False, layrub,
-                               exchange, None, host_times)
+                               exchange, None, host_times, sink=sink)
         timing.policy = "gpu_only"
         return timing
     if rule is None:
@@ -500,7 +501,8 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
         left = task_slack(schedule, duration)
         slack = {t.id: (int(left[t.id]), duration[task_key(t)]) for t in schedule.tasks}
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
-                           options, rule, layrub, exchange, placement, host_times, slack)
+                           options, rule, layrub, exchange, placement, host_times, slack,
+                           sink=sink)
     timing.deferred = defer
     timing.authority_rule = authority_rule if rule else None
     timing.profile = profile
@@ -538,13 +540,14 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
                   policy: str = "authority", issue_width: int | None = None, progress=None,
                   options: dict | None = None, rule: bool = False, layrub: bool = False,
                   exchange=None, placement=None, host_times=None,
-                  slack: dict | None = None, transfers: dict | None = None) -> StepTiming:
+                  slack: dict | None = None, transfers: dict | None = None,
+                  sink=None) -> StepTiming:
     """Run the tasks of `schedule` through memctl under `policy` on the part (a Part, as
     step_part gives it); a schedule with pipelined=False gets a barrier whenever the side
     changes. rule: the authority parameters per host CONV/linear (pimrt.runtime.authority);
     slack: {task id: (slack, duration alone)} for the slack rule instead of the per-layer
     one. transfers: Layrub's DMA by task id (layrub_transfers) when the caller placed them
-    itself."""
+    itself. sink: an object that sees the stream as it is fed (pimrt.trace.step.StepTrace)."""
     from pimrt.runtime.exchange import ExchangeConfig
     exchange = exchange or ExchangeConfig()
     issue_width = issue_width or peak_issue_width(part)
@@ -552,11 +555,15 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
     ctx = context(graph, part, placement, host_part, policy, exchange=exchange,
                   host_times=host_times)
     from pimrt.memctl import Controller, Options   # the compiled extension, on first use
-    ctl = Controller(part, Options(policy=policy, issue_width=issue_width, **(options or {})))
+    ctl = Controller(part, Options(policy=policy, issue_width=issue_width, **(options or {}),
+                                   **(sink.options() if sink else {})))
     wall = time.perf_counter()
     if layrub and transfers is None:
         transfers = layrub_transfers(schedule, ctx)
-    total = _run(ctl, task_stream(schedule, ctx, rule, transfers, slack), progress)
+    stream = task_stream(schedule, ctx, rule, transfers, slack)
+    total = _run(ctl, sink.record(stream, schedule, ctl) if sink else stream, progress)
+    if sink:
+        sink.close(ctl)
     start, end = _task_times(ctl, len(schedule.tasks))
     wall = time.perf_counter() - wall
     return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(),

@@ -93,6 +93,13 @@ def check_value(name: str, value: Any, options: dict[str, Option], where: str) -
     if o.choices and value not in o.choices:
         raise ConfigError(f"{where}: {name} = {value!r}: choose one of "
                           f"{', '.join(map(str, o.choices))}")
+    if name == "save_trace" and ("/" in value or "\\" in value or value in (".", "..")):
+        raise ConfigError(f"{where}: save_trace = {value!r}: a file name (no folder): each "
+                          f"point writes its step's trace into its own folder")
+    if name == "format" and value != "npy":
+        raise ConfigError(f"{where}: format = {value!r}: a sweep writes its points' traces "
+                          f"as npy (the GPU-only step, a baseline the points share, is "
+                          f"written by pimrt run --save-trace FILE --format {value})")
     if name == "host_times" and value == "measure":
         raise ConfigError(f"{where}: host_times = 'measure': a sweep replays host times; "
                           f"measure them once with pimrt run --host-times measure and give "

@@ -33,7 +33,8 @@ from pimrt.sweep.options import (HOST_PREFIX, PART_PREFIX, canonical, check_valu
 
 TABLES = ("sweep", "fixed", "grid", "points")
 # options that do not change a point's serial and GPU-only baselines (its system)
-PER_POINT = ("policy", "groups", "slices", "no_plan", "functional", "authority_rule")
+PER_POINT = ("policy", "groups", "slices", "no_plan", "functional", "authority_rule",
+             "save_trace", "format")
 # part keys that only the PIM's timing reads: the GPU-only step never enters PIM mode, so
 # points that differ only in these share one GPU-only baseline (its energy is still counted
 # per point, with the point's own part); the units per bank group are not here, since the

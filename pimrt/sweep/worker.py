@@ -134,16 +134,28 @@ def point(o: dict, given: dict) -> dict:
     if o["functional"] != "none":
         meta["functional"] = given["functional"]
     meta["layrub"] = o["layrub"]
-    run = given["serial"] if o["policy"] == "serial" else s.timed(
-        o, o["policy"], o["groups"], plan=not o["no_plan"], slices=s.slices,
-        authority_rule=o["authority_rule"])
     with tempfile.TemporaryDirectory(prefix="pimrt-sweep-") as tmp:
+        sink = _trace_sink(o, meta, tmp)
+        run = given["serial"] if o["policy"] == "serial" and sink is None else s.timed(
+            o, o["policy"], o["groups"], plan=not o["no_plan"], slices=s.slices,
+            authority_rule=o["authority_rule"], sink=sink)
         summary = report.write_all(run, given["serial"], meta, tmp, given["gpu_only"],
                                    b["bound"])
         files = {p.name: p.read_bytes() for p in sorted(pathlib.Path(tmp).iterdir())
                  if p.is_file() and p.name != "summary.json"}
     summary["plots"] = [pathlib.Path(p).name for p in summary["plots"]]
     return {"summary": summary, "files": files}
+
+
+def _trace_sink(o: dict, meta: dict, folder):
+    """`save_trace = "NAME"`: the point's step written to NAME in its folder
+    (pimrt.trace.step; it travels back with the point's other files)."""
+    if not o.get("save_trace"):
+        return None
+    from pimrt.trace.step import StepTrace
+    keys = ("model", "batch", "input", "host_part", "slices")
+    return StepTrace(pathlib.Path(folder) / o["save_trace"],
+                     {**{k: meta[k] for k in keys}, "step": o["policy"]})
 
 
 POINT = point

@@ -33,7 +33,7 @@ def __getattr__(name: str):
         return _records.RECORD_DTYPE
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-_NOT_FORMATS = {"records", "synthetic"}
+_NOT_FORMATS = {"records", "synthetic", "step", "host_export", "replay"}
 
 
 def _discover() -> dict[str, types.ModuleType]:

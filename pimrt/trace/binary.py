@@ -1,7 +1,8 @@
 """pimrt's binary trace (`--format npy`): a numpy `.npy` file holding a 1-D array of
 RECORD_DTYPE, read memory-mapped chunk by chunk; the layer names live beside it in
 `FILE.layers.json` (for `conv.npy`: `conv.npy.layers.json`; `conv.layers.json` is read too),
-a JSON list indexed by a LAYER record's value.
+a JSON list indexed by a LAYER record's value (or an object whose "layers" is that list and
+"meta" the run that wrote it: pimrt.trace.step).
 
 Writer appends chunks to an open file and fixes the header's length on close, so a trace of any
 size is written without holding it in memory:
@@ -64,6 +65,8 @@ def read_layer_names(path: pathlib.Path, display: str) -> list[str] | None:
         err.path, err.line, err.field = str(side), None, "layers"
         return err
     names = read_json(side, error)
+    if isinstance(names, dict) and "layers" in names:   # a step trace's (pimrt.trace.step)
+        names = names["layers"]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise tp.trace_error(str(side), None, "layers", "must be a JSON list of strings")
     return names
@@ -73,6 +76,7 @@ def _open_array(path: pathlib.Path, display: str) -> np.ndarray:
     """The file's records as a memory map, for its header (dtype, shape, offset) only: the
     records are read through a file (read), as a map would end the process with SIGBUS at a
     page the file lost after it was opened (truncated while read)."""
+    _check_length(path, display)
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -87,6 +91,33 @@ def _open_array(path: pathlib.Path, display: str) -> np.ndarray:
             raise tp.trace_error(display, None, None, f"dtype {arr.dtype} is not pimrt's "
                                  f"RECORD_DTYPE {_records.RECORD_DTYPE}")
     return arr
+
+
+def _check_length(path: pathlib.Path, display: str) -> None:
+    """A file shorter or longer than its header's records: truncated (where it ends), or one
+    whose writer did not finish (Writer fixes the count on close)."""
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as f:
+            version = fmt.read_magic(f)
+            shape, _, dtype = (fmt.read_array_header_1_0(f) if version == (1, 0)
+                               else fmt.read_array_header_2_0(f))
+            offset = f.tell()
+            size = f.seek(0, 2)
+    except (ValueError, OSError, EOFError):
+        return        # np.load names it
+    if len(shape) != 1 or not dtype.itemsize:
+        return
+    want, have = shape[0], (size - offset) // dtype.itemsize
+    if have < want:
+        raise tp.trace_error(display, None, None, f"truncated: its header gives {want:,} "
+                             f"records of {dtype.itemsize} bytes, the file ends at byte "
+                             f"{size:,}, in record {have + 1:,} (the last whole one "
+                             f"{have:,})")
+    if want == 0 and have > 0:
+        raise tp.trace_error(display, None, None, f"its header gives 0 records but "
+                             f"{have:,} follow: a trace whose writing did not finish (the "
+                             f"writer fixes the count when it closes)")
 
 
 def validate_chunk(chunk: np.ndarray, first: int, state: tp.ReadState,
