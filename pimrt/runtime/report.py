@@ -94,11 +94,11 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict,
                                             if t.slice >= 0 and t.side == "host"
                                             and t.kind in ("conv", "linear"))),
     }
-    profile = getattr(run, "profile", None)
-    if profile is not None:    # the earlier step the slack rule was profiled on
-        out["layer_rule_makespan_cycles"] = profile.makespan
-        out["layer_rule_step_ms"] = profile.seconds * 1e3
-        out["speedup_vs_layer_rule"] = profile.makespan / run.makespan if run.makespan else 0.0
+    if run.profile is not None:    # the earlier step the slack rule was profiled on
+        out["layer_rule_makespan_cycles"] = run.profile.makespan
+        out["layer_rule_step_ms"] = run.profile.seconds * 1e3
+        out["speedup_vs_layer_rule"] = (run.profile.makespan / run.makespan
+                                        if run.makespan else 0.0)
     if run.exchange is not None:
         from pimrt.runtime.exchange import footprint
         out["update"] = run.exchange.as_dict()
