@@ -67,3 +67,19 @@ def authority_rule(parser: argparse.ArgumentParser) -> None:
              "the per-layer rule's, whose step is reported beside); 'slack-oracle' judges on "
              "each task's exact duration alone, which no controller knows in advance; "
              "'layer' from each host layer's traits alone. docs/runtime.md")
+
+
+def precision(parser: argparse.ArgumentParser) -> None:
+    """--precision and --host-part, as `pimrt run`, `compare` and a sweep's axes take them."""
+    from pimrt.graph.precision import PRECISIONS
+    parser.add_argument(
+        "--precision", default="fp32", choices=tuple(PRECISIONS),
+        help="the training step's precision: fp32, or mixed precision as torch's autocast "
+             "runs it (CONVs on Tensor Cores on 16-bit copies of the fp32 weights, "
+             "activations and their gradients 16-bit in memory, batch norm statistics, "
+             "gradients of the weights and the update fp32; amp-fp16 with loss scaling). "
+             "docs/precision.md")
+    parser.add_argument(
+        "--host-part", default=None,
+        help="host part (name or TOML file); default: v100 for fp32, v100_tc (its Tensor "
+             "Cores) for amp-fp16, a100_tc for amp-bf16")

@@ -34,7 +34,7 @@ def register(subparsers) -> None:
     p.add_argument("--part", default="v100_hbm2_pim",
                    help="memory part (name or TOML file; v100_hbm2_pim: the V100's four HBM2 "
                         "stacks with PIM units)")
-    p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
+    cliflags.precision(p)
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"),
                    help="parameter update of every run (see pimrt run --help; the exchange "
                         "uses run's defaults: 4 ranks, density 0.001, 10 Gbit/s)")
@@ -73,8 +73,10 @@ def run(args) -> int:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     from pimrt.output import atomic_write_text, check_out_dir, incomplete_folders, lock_out_dir
     check_out_dir(args.out, create=False)   # before any work; created and locked below
-    graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported)
-              for m in models}
+    args.host_part = session.host_part_for(args.precision, args.host_part)
+    session.check_precision(args.precision, args.part, args.host_part)
+    graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported,
+                                  args.precision) for m in models}
     from pimrt.runtime.schedule import host_fallback_note
     for m, g in graphs.items():          # layers one might expect on the PIM: said once each
         note = host_fallback_note(g)
@@ -152,8 +154,8 @@ def _model_runs(m: str, graph, policies: list[str], args, folder: str, times):
                                    m, exchange=args.update, plan=not args.no_plan,
                                    host_times=host_times, slices=args.slices)
     meta = {"model": m, "batch": args.batch, "input": args.input, "slices": args.slices,
-            "part": args.part, "host_part": args.host_part, "host_times": host_info,
-            "system": session.system(args.part, args.host_part)}
+            "part": args.part, "host_part": args.host_part, "precision": args.precision,
+            "host_times": host_info, "system": session.system(args.part, args.host_part)}
     for policy in policies:
         r = serial if policy == "serial" else session.timed(
             graph, policy, args.groups, args.part, args.host_part, args.quiet, f"{m} {policy}",

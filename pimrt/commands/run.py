@@ -37,7 +37,7 @@ def register(subparsers) -> None:
     p.add_argument("--part", default="v100_hbm2_pim",
                    help="memory part (name or TOML file; v100_hbm2_pim: the V100's four HBM2 "
                         "stacks with PIM units, docs/runtime.md)")
-    p.add_argument("--host-part", default="v100", help="host part (name or TOML file)")
+    cliflags.precision(p)
     p.add_argument("--functional", default="golden",
                    help="run the step for real with the PIM ops on this backend first: golden, "
                         "rtl, torch, or none")
@@ -87,7 +87,7 @@ def trace_sinks(args, meta: dict) -> tuple:
         return None, None
     if args.format == "npy":
         from pimrt.trace.step import StepTrace
-        keys = ("model", "batch", "input", "host_part", "slices")
+        keys = ("model", "batch", "input", "host_part", "precision", "slices")
         return StepTrace(args.save_trace, {**{k: meta[k] for k in keys},
                                            "step": args.policy}), None
     from pimrt.trace.host_export import HostTrace
@@ -109,7 +109,10 @@ def run(args) -> int:
         from pimrt.output import check_out_file
         check_out_file(args.save_trace, "--save-trace")
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
-    graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
+    args.host_part = session.host_part_for(args.precision, args.host_part)
+    session.check_precision(args.precision, args.part, args.host_part)
+    graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported,
+                             args.precision)
     from pimrt.runtime.schedule import host_fallback_note
     note = host_fallback_note(graph)      # layers one might expect on the PIM: said once
     if note:
@@ -132,7 +135,8 @@ def run(args) -> int:
             save_to=out / "host_times.json", quiet=args.quiet, meta={"input": args.input},
             slices=slices)
     meta = {"model": args.model, "batch": args.batch, "input": args.input, "slices": slices,
-            "part": args.part, "host_part": args.host_part, "host_times": host_info,
+            "part": args.part, "host_part": args.host_part, "precision": args.precision,
+            "host_times": host_info,
             "system": session.system(args.part, args.host_part)}
     if times is not None:
         h = host_info

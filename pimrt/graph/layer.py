@@ -191,6 +191,11 @@ class Layer:
         return math.prod(self.shape) if self.shape else 0
 
     @property
+    def param_numel(self) -> int:
+        """Values in this layer's parameters."""
+        return sum(math.prod(s) for s in self.params.values())
+
+    @property
     def backward_rule(self) -> BackwardRule:
         return BACKWARD_RULES[self.kind]
 
@@ -279,6 +284,7 @@ class LayerGraph:
         self.input_shape = tuple(input_shape)
         self.dtype = dtype
         self.model_name = model_name
+        self.precision = "fp32"          # pimrt.graph.precision.autocast sets it
         self._by_name = {n.name: n for n in nodes}
 
     # -- access ------------------------------------------------------------------------

@@ -41,6 +41,9 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "kernel_overhead_us": ("float0", _REQUIRED),  # fixed cost per kernel
         "max_split_k": ("count", _REQUIRED),      # most K splits of one GEMM
         "strided_dgrad_zero_cost": ("float0", _REQUIRED),  # see pimrt.host.algorithm
+        # the training precisions its CONVs are calibrated for (pimrt.graph.precision): "fp32"
+        # (CUDA cores), "amp-fp16" / "amp-bf16" (Tensor Cores on 16-bit operands)
+        "precisions": ("precisions", ("fp32",)),
     },
     "l2": {
         "size_bytes": ("count", _REQUIRED),
@@ -121,6 +124,7 @@ class HostPart:
     loaded_latency_ns: float
     peak_gbs: float
     stream_fraction: float
+    precisions: tuple = ("fp32",)
     #: [energy] as (key, value) pairs (hashable, as the part is); () when the file has none
     energy_items: tuple = ()
 
@@ -279,6 +283,7 @@ def load_host_part(name_or_path: str | pathlib.Path | HostPart,
         loaded_latency_ns=v["memory"]["loaded_latency_ns"],
         peak_gbs=v["memory"]["peak_gbs"], stream_fraction=v["memory"]["stream_fraction"],
         energy_items=tuple(v["energy"].items()) if v["energy"] is not None else (),
+        precisions=v["compute"]["precisions"],
     )
 
 
@@ -290,7 +295,8 @@ def _to_tables(p: HostPart) -> dict:
                     "kernel_overhead_us": p.kernel_overhead_us,
                     "dgrad_efficiency": p.dgrad_efficiency, "wgrad_efficiency": p.wgrad_efficiency,
                     "k_fill_steps": p.k_fill_steps, "max_split_k": p.max_split_k,
-                    "strided_dgrad_zero_cost": p.strided_dgrad_zero_cost},
+                    "strided_dgrad_zero_cost": p.strided_dgrad_zero_cost,
+                    "precisions": list(p.precisions)},
         "l2": {"size_bytes": p.l2_bytes, "line_bytes": p.l2_line_bytes,
                "sector_bytes": p.l2_sector_bytes, "usable_fraction": p.l2_usable_fraction},
         "gemm": {"tile_m": p.tile_m, "tile_n": p.tile_n, "tile_k": p.tile_k,
@@ -319,6 +325,12 @@ def _check(label: str, kind: str, value: Any) -> Any:
             raise ConfigError(f"{label}: must be a non-empty list of [tile_m, tile_n, "
                               f"ctas_per_sm] with positive integers, found {value!r}")
         return tuple(tuple(t) for t in value)
+    if kind == "precisions":
+        known = ("fp32", "amp-fp16", "amp-bf16")
+        if not isinstance(value, list) or not value or any(x not in known for x in value):
+            raise ConfigError(f"{label}: must be a non-empty list of precisions from "
+                              f"{', '.join(known)}, found {value!r}")
+        return tuple(value)
     if kind == "sizes":
         if not isinstance(value, list) or not value or not all(
                 isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value):

@@ -113,6 +113,9 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "lanes": ("count", _REQUIRED),                # fp32 lanes per unit, a power of two
         "clock_ratio": ("float+", _DERIVED),          # unit clock / memory clock; default 1
         "clock_mhz": ("float+", None),                # or the unit clock: ratio = MHz x tCK
+        "dtypes": ("dtypes", _DERIVED),               # what the lanes compute: "fp32" and
+                                                      # "fp16", "bf16" (two a lane); default
+                                                      # ["fp32"]
     },
     # DRAM energy (docs/energy.md): one device's supply voltage (V) and currents (mA), as in
     # DRAMsim3's ini files; a part without the table reports its energy as unavailable
@@ -136,6 +139,10 @@ SCHEMA: dict[str, dict[str, tuple[str, Any]]] = {
         "mul_pj": ("float+", _REQUIRED),
         "fma_pj": ("float+", _REQUIRED),
         "compare_pj": ("float+", _REQUIRED),
+        "add16_pj": ("float+", None),              # the same for a 16-bit element (fp16,
+        "mul16_pj": ("float+", None),              # bf16): needed by a step that runs
+        "fma16_pj": ("float+", None),              # 16-bit lanes
+        "compare16_pj": ("float+", None),
         "register_file_pj_per_cycle": ("float+", _REQUIRED),
         "sequencer_pj_per_cycle": ("float+", _REQUIRED),
     },
@@ -678,6 +685,10 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
                  f"memory clock ({1000 / timing['tCK']:.0f} MHz); a unit in the DRAM die runs "
                  f"at most at the memory clock")
         pim["clock_mhz"] = pim["clock_ratio"] * 1000.0 / timing["tCK"]
+        pim.setdefault("dtypes", ("fp32",))
+        if "fp32" not in pim["dtypes"]:
+            fail("pim", "dtypes", f"the lanes compute fp32 whatever else they do (the "
+                 f"updates of the master weights), found {list(pim['dtypes'])}")
         pim = {k: pim[k] for k in SCHEMA["pim"]}
 
     # power ---------------------------------------------------------------------------------
@@ -694,7 +705,7 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
         if power is None:
             fail("pim_energy", "column_share", "the share of a column access needs the DRAM "
                  "currents of [power]")
-        pim_energy = {k: pim_energy[k] for k in SCHEMA["pim_energy"]}
+        pim_energy = {k: pim_energy[k] for k in SCHEMA["pim_energy"] if k in pim_energy}
 
     ro = types.MappingProxyType
     return Part(
@@ -838,6 +849,13 @@ def _check_kind(value, kind: str, fail):
         if not isinstance(value, str):
             fail(f"must be a string, found {value!r}")
         return value
+    if kind == "dtypes":
+        known = ("fp32", "fp16", "bf16")
+        if not isinstance(value, list) or not value or \
+                any(v not in known for v in value) or len(set(value)) != len(value):
+            fail(f"must be a list of distinct lane dtypes from {', '.join(known)}, "
+                 f"found {value!r}")
+        return tuple(value)
     if kind == "fraction":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail(f"must be a number, found {value!r}")

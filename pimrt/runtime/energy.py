@@ -33,7 +33,8 @@ PJ_TO_MJ = 1e-9
 #: lane instructions by the energy they cost (MOV, SEL: register file only)
 OP_KIND = {"ADD": "add", "SUB": "add", "MUL": "mul", "MAD": "fma", "FMA": "fma", "MAX": "compare",
            "MIN": "compare", "CMPGT": "compare", "CMPGE": "compare", "CMPEQ": "compare"}
-FLOPS_PER_OP = {"add": 1, "mul": 1, "fma": 2, "compare": 1}
+FLOPS_PER_OP = {"add": 1, "mul": 1, "fma": 2, "compare": 1,
+                "add16": 1, "mul16": 1, "fma16": 2, "compare16": 1}   # 16: fp16/bf16 ops
 PARTS = ("host", "dram", "pim", "io")
 
 
@@ -47,7 +48,9 @@ def kernel_ops(kernel: str, lanes: int, work: tuple) -> tuple[dict, int]:
     ops = dict.fromkeys(FLOPS_PER_OP, 0)
     for ins, n in zip(prog, runs):
         kind = OP_KIND.get(ins.name)
-        if kind:
+        if kind and ins.dtype:          # a 16-bit instruction: two elements a lane
+            ops[kind + "16"] += 2 * int(n)
+        elif kind:
             ops[kind] += int(n)
     return {k: v * lanes for k, v in ops.items()}, cycles
 
@@ -55,16 +58,31 @@ def kernel_ops(kernel: str, lanes: int, work: tuple) -> tuple[dict, int]:
 def task_lane_ops(task, ctx) -> tuple[dict, int]:
     """A PIM-kind task's lane operations by kind over every bank it works in, and its units'
     clock cycles summed over the units (each unit runs once per bank of the scope beside it)."""
-    from pimrt.runtime.work import KERNELS, bank_work
+    from pimrt.runtime.work import bank_work, pim_kernels
     lanes = ctx.part.pim["lanes"]
     banks = ctx.part.channel_count * ctx.pim_scope
     total, cycles = dict.fromkeys(FLOPS_PER_OP, 0), 0
-    for kernel, _ in KERNELS.get((task.kind, task.phase), ()):
+    for kernel, _ in pim_kernels(task, ctx) or ():
         ops, c = kernel_ops(kernel, lanes, tuple(sorted(bank_work(kernel, task, ctx).items())))
         for k in total:
             total[k] += ops[k] * banks
         cycles += c * banks
     return total, cycles
+
+
+def lane_pj(ops: dict, pe: dict, part) -> float:
+    """pJ of lane operations by kind at the part's [pim_energy] figures (16-bit kinds: the
+    `add16_pj`, ... keys, needed only when a step runs 16-bit lanes)."""
+    from pimrt.errors import ConfigError
+    total = 0.0
+    for k, n in ops.items():
+        if not n:
+            continue
+        if f"{k}_pj" not in pe:
+            raise ConfigError(f"memory part {part.name}: [pim_energy] has no {k}_pj, the "
+                              f"energy of a 16-bit lane {k[:-2]} (the step runs 16-bit lanes)")
+        total += n * pe[f"{k}_pj"]
+    return total
 
 
 def _unavailable(part, host_part) -> str | None:
@@ -86,7 +104,7 @@ def step_energy(run, part, host_part) -> dict:
     from pimrt.pim.errors import PimError
     from pimrt.runtime.attribution import task_shares
     from pimrt.runtime.placement import place_step
-    from pimrt.runtime.work import KERNELS, context, host_kernel
+    from pimrt.runtime.work import context, host_kernel, pim_kernels
     host_part = load_host_part(host_part)
     note = _unavailable(part, host_part)
     if note:
@@ -108,7 +126,7 @@ def step_energy(run, part, host_part) -> dict:
                              part=host_part).executed_flops
             host_flops += flops
             compute[t.id] = flops * host_part.pj_per_flop
-        elif (t.kind, t.phase) in KERNELS:
+        elif pim_kernels(t, ctx) is not None:
             try:
                 ops, cycles = task_lane_ops(t, ctx)
             except PimError:                     # a shape the PIM kernels do not take
@@ -116,7 +134,7 @@ def step_energy(run, part, host_part) -> dict:
                     raise
                 continue
             if t.side == "pim":
-                pj = sum(ops[k] * pe[f"{k}_pj"] for k in ops)
+                pj = lane_pj(ops, pe, part)
                 pj += cycles * (pe["register_file_pj_per_cycle"] + pe["sequencer_pj_per_cycle"])
                 for k in ops:
                     ops_by_kind[k] += ops[k]
@@ -137,7 +155,7 @@ def step_energy(run, part, host_part) -> dict:
     host_side = np.array([t.side == "host" for t in run.schedule.tasks], bool)
     host_compute = float(compute[host_side].sum())
     pim_compute = float(compute[~host_side].sum())
-    pim_ops_pj = sum(ops_by_kind[k] * pe[f"{k}_pj"] for k in ops_by_kind)
+    pim_ops_pj = lane_pj(ops_by_kind, pe, part)
     parts_pj = {"host": host_compute + static_pj, "dram": dram_pj,
                 "pim": pim_columns + pim_compute, "io": io_pj}
     total = sum(parts_pj.values())
@@ -160,7 +178,8 @@ def step_energy(run, part, host_part) -> dict:
             "io": io_pj * PJ_TO_MJ,
         },
         "counts": {"host_conv_flops": int(host_flops), "gpu_elementwise_flops": int(gpu_ops),
-                   "pim_lane_ops": {k: int(v) for k, v in ops_by_kind.items()},
+                   "pim_lane_ops": {k: int(v) for k, v in ops_by_kind.items()
+                                    if v or not k.endswith("16")},
                    "pim_unit_cycles": int(unit_cycles), "host_io_bytes": int(host_bytes)},
         "average_power_w": total * 1e-12 / run.seconds if run.seconds else 0.0,
         "per_task_mj": ((compute + spread) * PJ_TO_MJ).tolist(),

@@ -114,6 +114,7 @@ def footprint(timing, config: ExchangeConfig) -> dict:
         events.append((a, nbytes, cat))
         events.append((b, -nbytes, cat))
 
+    from pimrt.graph.precision import weight_copy
     persistent = {"param": params}
     for layer in graph.nodes:
         if not layer.param_bytes:
@@ -123,6 +124,15 @@ def footprint(timing, config: ExchangeConfig) -> dict:
             k.get("batchnorm.bwd", [])
         born = int(start[writers].min()) if writers else t0
         n = layer.param_bytes
+        if weight_copy(graph, layer):
+            # AMP: the 16-bit weights, and the 16-bit weight gradient until the unscale
+            # makes the fp32 one of it
+            n16 = layer.param_numel * layer.itemsize
+            persistent["param16"] = persistent.get("param16", 0) + n16
+            cast = k.get("unscale.update", [])
+            if cast:
+                live("grad16", n16, born, int(end[cast].max()))
+                born = int(start[cast].min())
         if config.mode == "sgd":
             persistent["momentum"] = persistent.get("momentum", 0) + n
             upd = k.get("update.update", [])
@@ -143,6 +153,7 @@ def footprint(timing, config: ExchangeConfig) -> dict:
         live("update", n, int(start[sel].min()), int(end[app].max()))
     base = sum(persistent.values())
     cur = {c: 0 for c in ("grad", "update", "momentum", "residual")}
+    cur.update({c: 0 for _, _, c in events if c not in cur})      # AMP's grad16
     peak, split = base, dict(cur)
     # at equal cycles frees first: a buffer freed and another born in the same cycle coexist
     # for no time

@@ -11,6 +11,7 @@ import dataclasses
 
 from pimrt.errors import ConfigError
 from pimrt.graph import LayerGraph
+from pimrt.graph.precision import weight_copy
 from pimrt.memctl.config import Part
 
 
@@ -27,7 +28,8 @@ class Region:
 
 class Placement:
     """A bump allocator over the part's capacity: activations (their gradients reuse them),
-    ReLU masks, pooling indices, parameters, parameter gradients and momentum buffers."""
+    ReLU masks, pooling indices, parameters, parameter gradients and momentum buffers (under
+    AMP also the 16-bit copies of CONV weights and their gradients)."""
 
     def __init__(self, part: Part):
         self.part = part
@@ -83,9 +85,15 @@ def place_step(graph: LayerGraph, part: Part, exchange: str = "sgd") -> Placemen
         if layer.param_bytes:
             for what in ("param", "pgrad", "momentum"):
                 p.alloc(f"{what}:{layer.name}", layer.param_bytes)
+            if weight_copy(graph, layer):
+                # AMP: the 16-bit copy of the weights the CONV reads (autocast's cast, written
+                # by the update) and the 16-bit weight gradient the CONV's dW writes (its cast
+                # to the fp32 gradient is the unscale's)
+                for what in ("param16", "pgrad16"):
+                    p.alloc(f"{what}:{layer.name}", layer.param_numel * layer.itemsize)
             if exchange != "sgd":
                 p.alloc(f"residual:{layer.name}", layer.param_bytes)
-                p.alloc(f"smask:{layer.name}", (layer.param_bytes // layer.itemsize + 7) // 8)
+                p.alloc(f"smask:{layer.name}", (layer.param_numel + 7) // 8)
                 if exchange == "laysa":
                     p.alloc(f"update:{layer.name}", layer.param_bytes)
                 else:

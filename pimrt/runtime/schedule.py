@@ -42,6 +42,7 @@ import dataclasses
 import math
 
 from pimrt.errors import ConfigError
+from pimrt.graph.precision import loss_scaling, of as precision_of, weight_copy
 from pimrt.graph import LayerGraph
 from pimrt.graph.layer import PIM_KINDS, runs_on_pim    # what the PIM runs: one rule
 
@@ -303,6 +304,11 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     pending_updates: list[tuple] = []
     if exchange not in ("sgd", "gradsa", "laysa"):
         raise ConfigError(f"unknown update {exchange!r}; choose one of sgd, gradsa, laysa")
+    if exchange == "laysa" and loss_scaling(graph):
+        raise ConfigError(f"--exchange laysa with --precision {precision_of(graph)}: LaySA "
+                          f"applies each layer's update during backward, before the loss "
+                          f"scaler could check every gradient for inf/NaN; use amp-bf16 (no "
+                          f"loss scaling) or --exchange sgd/gradsa")
     sparse = exchange != "sgd"
     # sparse exchange (pimrt.runtime.exchange): per layer fold (PIM) -> sample (host) ->
     # select (PIM) -> exchange (host) -> apply (PIM); each stage is created at the next point
@@ -333,6 +339,9 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             now = lagged.pop(0)
         pending_updates.clear()
         for args in now:
+            args = amp_cast(args)
+            if args is None:
+                continue
             if not sparse:
                 task(*args)
                 continue
@@ -341,6 +350,28 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                 deps = deps + [fetched[name]]
             folded.append((name, numel, tensors,
                            task("pim", name, "fold", "update", -1, 1, deps, numel, tensors)))
+
+    scaling = loss_scaling(graph)
+    unscaled: list[int] = []
+    checked: list[tuple] = []
+
+    def amp_cast(args):
+        """AMP (pimrt.graph.precision): a CONV's 16-bit weight gradient becomes its fp32
+        gradient, and with loss scaling every gradient is unscaled and checked for inf/NaN
+        (an "unscale" task; torch: autograd's cast back, then GradScaler.unscale_), before
+        its update or fold. With loss scaling no update may run before every gradient is
+        checked (the scaler skips the step on an inf): the updates wait for the last
+        unscale (returns None: held in `checked`)."""
+        layer = graph[args[1]]
+        if not (weight_copy(graph, layer) or scaling):
+            return args
+        u = task("pim", args[1], "unscale", "update", -1, 1, args[6], args[7], args[8])
+        unscaled.append(u)
+        args = args[:6] + ([u],) + args[7:]
+        if scaling and not sparse:
+            checked.append(args)
+            return None
+        return args
 
     def fetch(name: str, numel: int) -> None:
         """LaySA: bring the layer's momentum and residual in (one layer ahead of its fold)."""
@@ -424,7 +455,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         after_dw()
         if update and layer.param_bytes:
             pending_updates.append(("pim", layer.name, "update", "update", -1, 1, ws,
-                                    layer.param_bytes // layer.itemsize,
+                                    layer.param_numel,
                                     {"param": (layer.name, layer.param_bytes)}))
 
     for layer in reversed(order):
@@ -459,7 +490,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                 contrib.setdefault(ins[0], []).append([d])
             after_dx()
             if update and layer.param_bytes:
-                fetch(name, layer.param_bytes // layer.itemsize)
+                fetch(name, layer.param_numel)
             io = {"grad_output": (name, size[name]), "input": (ins[0], size[ins[0]])}
             if name in defer:
                 if not needs_dx:
@@ -500,9 +531,9 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
             if ins[0] in prod:
                 contrib.setdefault(ins[0], []).append(outs)
             if kind == "batchnorm" and update and layer.param_bytes:
-                fetch(name, layer.param_bytes // layer.itemsize)
+                fetch(name, layer.param_numel)
                 pending_updates.append(("pim", name, "update", "update", -1, 1, list(outs),
-                                        layer.param_bytes // layer.itemsize,
+                                        layer.param_numel,
                                         {"param": (name, layer.param_bytes)}))
         elif kind == "concat":
             split = name in parts and by_part(gout, len(ins))
@@ -517,8 +548,10 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         flush_updates()
     after_dx()
     after_dw()
+    for args in checked:              # loss scaling: the updates after every check
+        task(*(args[:6] + (args[6] + unscaled,) + args[7:]))
     for args in applies + final_updates:
-        task(*args)
+        task(*(args[:6] + (args[6] + unscaled,) + args[7:]) if scaling else args)
     return Schedule(graph, groups, _group_major(tasks), pipelined)
 
 

@@ -18,10 +18,46 @@ DEFAULT_PART = "v100_hbm2_pim"   # the V100's own four HBM2 stacks with PIM unit
 DEFAULT_HOST_PART = "v100"
 
 
-def captured(model: str, batch: int, input_size: int, allow_unsupported: bool = False):
+#: the host part a precision runs on when none is given: the V100 (fp32), its Tensor Cores
+#: (amp-fp16); bf16 needs Ampere's Tensor Cores (a100_tc)
+DEFAULT_HOST_PARTS = {"fp32": "v100", "amp-fp16": "v100_tc", "amp-bf16": "a100_tc"}
+
+
+def host_part_for(precision: str, host_part: str | None) -> str:
+    """--host-part, or the default host part of --precision."""
+    from pimrt.graph.precision import check
+    return host_part if host_part is not None else DEFAULT_HOST_PARTS[check(precision)]
+
+
+def check_precision(precision: str, part, host_part) -> None:
+    """A precision the system cannot run: the host part's CONVs not calibrated for it
+    ([compute] precisions) or the PIM's lanes without its 16-bit dtype ([pim] dtypes); one
+    line naming the part and the key, before any work."""
+    from pimrt.graph.precision import PART_DTYPE, check
+    from pimrt.host import load_host_part
+    check(precision)
+    hp = load_host_part(host_part)
+    if precision not in hp.precisions:
+        raise ConfigError(f"host part {hp.name} ({hp.path or host_part}) cannot run "
+                          f"--precision {precision}: its [compute] precisions = "
+                          f"{list(hp.precisions)} (default host parts: "
+                          f"{', '.join(f'{k}: {v}' for k, v in DEFAULT_HOST_PARTS.items())})")
+    p = load_part(part) if isinstance(part, (str, pathlib.Path)) else part
+    lanes = PART_DTYPE.get(precision)
+    if lanes is not None and p.pim is not None and lanes not in p.pim["dtypes"]:
+        raise ConfigError(f"memory part {p.name} ({p.path or part}) cannot run --precision "
+                          f"{precision}: its PIM lanes compute [pim] dtypes = "
+                          f"{list(p.pim['dtypes'])}, without {lanes}")
+
+
+def captured(model: str, batch: int, input_size: int, allow_unsupported: bool = False,
+             precision: str = "fp32"):
     """The layer graph of zoo model `model` (or a user's FILE.py:NAME / module:NAME) at this
-    batch and input size; ops pimrt does not capture are refused, or with
-    `allow_unsupported` run on the host with a warning."""
+    batch and input size, its tensors in `precision`'s dtypes (pimrt.graph.precision); ops
+    pimrt does not capture are refused, or with `allow_unsupported` run on the host with a
+    warning."""
+    from pimrt.graph.precision import autocast, check
+    check(precision)
     from pimrt import zoo
     if batch < 1:
         raise ConfigError(f"--batch must be >= 1, got {batch}")
@@ -42,7 +78,7 @@ def captured(model: str, batch: int, input_size: int, allow_unsupported: bool = 
             print(f"warning: {w.message}", file=sys.stderr)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return graph
+    return autocast(graph, precision)
 
 
 def folder_names(models: list[str]) -> dict[str, str]:
@@ -66,14 +102,17 @@ def folder_names(models: list[str]) -> dict[str, str]:
 def preflight(graph, part: str, groups: int, exchange: str = "sgd",
               host_part: str | None = None, slices: int | None = None) -> None:
     """Errors a run would hit, found before any simulation: a host part that does not load, a
-    memory part without PIM units, groups or slices that do not divide, tensors that do not
-    fit the memory."""
+    memory part without PIM units, a precision (the graph's) the parts cannot run, groups or
+    slices that do not divide, tensors that do not fit the memory."""
+    from pimrt.graph.precision import of
     from pimrt.host import load_host_part
     from pimrt.runtime.timing import require_pim
     if host_part is not None:
         load_host_part(host_part)
     p = load_part(part) if isinstance(part, (str, pathlib.Path)) else part
     require_pim(p)
+    if host_part is not None:
+        check_precision(of(graph), p, host_part)
     build_schedule(graph, groups, exchange=exchange, slices=slices_for(graph.batch, slices))
     place_step(graph, p, exchange)
 

@@ -27,6 +27,7 @@ from pimrt.host import HostWork, load_host_part
 from pimrt.memctl.config import Part, encode_address
 from pimrt.runtime.exchange import ExchangeConfig, scattered_lines
 from pimrt.runtime.placement import Placement
+from pimrt.graph.precision import weight_copy
 from pimrt.runtime.schedule import Task
 from pimrt.trace.records import COMPUTE, DELAY, HOST, PIM, READ, RECORD_DTYPE, SIGNAL, WRITE
 
@@ -74,6 +75,37 @@ KERNELS = {
                                               "mask": "smask", "d": "update"})],
     ("update", "apply"): [("sgd_apply", {"w": "param", "d": "update"})],
 }
+
+
+#: kernels that work on the parameters' fp32 values whatever the precision (the master weights,
+#: their gradients and momentum; GradSA's residual): no 16-bit variant
+FP32_KERNELS = ("sgd", "gradsa_fold", "gradsa_select", "sgd_apply", "amp_unscale")
+
+
+def pim_kernels(task: Task, ctx) -> list:
+    """The PIM kernels a task runs (KERNELS), each in the lanes' dtype of the task's tensors
+    (pimrt.graph.precision): under AMP the activation kernels in 16 bits; a CONV's update
+    writes the 16-bit copy of its weights as well (sgd_amp_<dtype>); the unscale (loss scaling:
+    pimrt.runtime.schedule) turns a CONV's 16-bit weight gradient into the fp32 one, or
+    unscales batch norm's fp32 gradients in place, and checks them for inf and NaN."""
+    from pimrt.graph.precision import amp, lane_dtype
+    key = (task.kind, task.phase)
+    if not amp(ctx.graph) or (key not in KERNELS and key != ("unscale", "update")):
+        return KERNELS.get(key)
+    from pimrt.pim.kernels import variant
+    layer = ctx.graph[task.layer]
+    dt = lane_dtype(layer.dtype)
+    copy = weight_copy(ctx.graph, layer)
+    if key == ("unscale", "update"):
+        return [(variant("amp_unscale", dt), {"g16": "pgrad16", "g": "pgrad"})] if copy \
+            else [("amp_unscale", {"g": "pgrad"})]
+    if key == ("update", "update") and copy:
+        return [(variant("sgd_amp", dt), {"w": "param", "g": "pgrad", "v": "momentum",
+                                          "w16": "param16"})]
+    base = KERNELS.get(key)
+    if base is None:
+        return None
+    return [(k if k in FP32_KERNELS else variant(k, dt), roles) for k, roles in base]
 
 
 # The same ops as the GPU runs them (GPU-only execution, and the pools the unit cannot run):
@@ -361,21 +393,25 @@ def host_blocks(task: Task, ctx: Context):
         kernel = host_kernel(task, g)
         _, phase, lo, hi, _ = kernel
         inp = task.tensors.get("input", task.tensors.get("grad_input"))[0]
-        es = layer.itemsize
+        # each tensor at its own width: under AMP the CONV reads a 16-bit copy of its weights
+        # and writes a 16-bit weight gradient (pimrt.graph.precision); the images stay fp32
+        es, xs = layer.itemsize, g[inp].itemsize
         x, y, w = tuple(layer.input_shapes[0]), tuple(layer.shape), tuple(_weight(layer))
+        wp = "16" if weight_copy(g, layer) else ""
+        ws = es if wp else layer.param_bytes // max(layer.param_numel, 1)
         tensors = {
-            "input": (pl[f"act:{inp}"].base, x, es),
-            "grad_input": (pl[f"grad:{inp}"].base, x, es),
+            "input": (pl[f"act:{inp}"].base, x, xs),
+            "grad_input": (pl[f"grad:{inp}"].base, x, xs),
             "output": (pl[f"act:{layer.name}"].base, y, es),
             "grad_output": (pl[f"grad:{layer.name}"].base, y, es),
-            "weight": (pl[f"param:{layer.name}"].base, w, es),
-            "grad_weight": (pl[f"pgrad:{layer.name}"].base, w, es),
+            "weight": (pl[f"param{wp}:{layer.name}"].base, w, ws),
+            "grad_weight": (pl[f"pgrad{wp}:{layer.name}"].base, w, ws),
         }
         if task.slice >= 0:   # one batch slice: its samples of the input and output
             x, y = (x[0] // task.slices,) + x[1:], (y[0] // task.slices,) + y[1:]
             for role, shape in (("input", x), ("output", y)):
-                base, _, _ = tensors[role]
-                tensors[role] = (base + task.slice * math.prod(shape) * es, shape, es)
+                base, _, size = tensors[role]
+                tensors[role] = (base + task.slice * math.prod(shape) * size, shape, size)
         work = HostWork(layer, x[0], phase, channel_range=(lo, hi), part=ctx.host_part,
                         measured_ms=ctx.host_times.get(kernel) if ctx.host_times else None)
         reqs = work.requests(tensors, ctx.part.request_bytes)
@@ -398,7 +434,7 @@ def host_blocks(task: Task, ctx: Context):
     if task.kind in ("fetch", "evict", "sample", "exchange"):
         yield exchange_records(task, ctx)
         return
-    if (task.kind, task.phase) in GPU_KERNELS:
+    if (task.kind, task.phase) in GPU_KERNELS or task.kind == "unscale":
         yield from gpu_blocks(task, ctx)
         return
     # streaming host work: loss, dropout, pools the PIM cannot do, unsupported ops
@@ -447,6 +483,22 @@ def streaming_blocks(addr: np.ndarray, op: np.ndarray, ctx: Context, launches: f
                                  overlap=True)
 
 
+def gpu_kernels(task: Task, ctx: Context) -> list:
+    """GPU_KERNELS' passes for a task; under AMP torch's: a CONV's 16-bit weight gradient
+    cast to its fp32 gradient (autograd's copy back), the scaler's unscale and inf/NaN check
+    (_amp_foreach_non_finite_check_and_unscale_, amp-fp16), and after the SGD update the
+    16-bit copy of the weights autocast casts for the next forward."""
+    from pimrt.graph.precision import amp, loss_scaling
+    key = (task.kind, task.phase)
+    if not amp(ctx.graph) or key not in (("unscale", "update"), ("update", "update")):
+        return GPU_KERNELS[key]
+    copy = weight_copy(ctx.graph, ctx.graph[task.layer])
+    if key == ("update", "update"):
+        return GPU_KERNELS[key] + ([[("R", "param", 1), ("W", "param16", 1)]] if copy else [])
+    return ([[("R", "pgrad16", 1), ("W", "pgrad", 1)]] if copy else []) + \
+        ([[("R", "pgrad", 1), ("W", "pgrad", 1)]] if loss_scaling(ctx.graph) else [])
+
+
 def gpu_records(task: Task, ctx: Context) -> np.ndarray:
     return _whole(gpu_blocks(task, ctx))
 
@@ -458,10 +510,11 @@ def gpu_blocks(task: Task, ctx: Context):
     SGD update as torch's multi-tensor kernels, a launch shared by FOREACH_TENSORS tensors.
     In blocks (gpu_records: all of them)."""
     launches = 1.0
-    if (task.kind, task.phase) == ("update", "update"):    # torch's foreach SGD: one launch
-        layer = ctx.graph[task.layer]                        # for FOREACH_TENSORS tensors
+    if task.kind in ("update", "unscale") and task.phase == "update":    # torch's foreach
+        # kernels (SGD, the scaler's unscale): one launch for FOREACH_TENSORS tensors
+        layer = ctx.graph[task.layer]
         launches = len(layer.params) / FOREACH_TENSORS
-    for passes in GPU_KERNELS[(task.kind, task.phase)]:
+    for passes in gpu_kernels(task, ctx):
         addrs, ops = [], []
         for rw, role, frac in passes:
             region = _role_region(task, role, ctx)
@@ -537,7 +590,8 @@ def _task_slice(task: Task, region, role: str = "") -> tuple[int, int]:
 def _region_for(task: Task, role: str, ctx: Context):
     pl = ctx.placement
     name = task.layer
-    if role in ("param", "pgrad", "momentum", "residual", "update", "smask"):
+    if role in ("param", "pgrad", "momentum", "residual", "update", "smask", "param16",
+                "pgrad16"):
         return pl[f"{role}:{name}"]
     if role == "mask":
         return pl[f"mask:{name}"]
@@ -566,7 +620,7 @@ def pim_blocks(task: Task, ctx: Context):
     from pimrt.pim import access
     from pimrt.pim.errors import PimError
     part = ctx.part
-    kernels = KERNELS.get((task.kind, task.phase))
+    kernels = pim_kernels(task, ctx)
     if kernels is None:
         raise KeyError(f"no PIM kernel for {task.kind} {task.phase}")
     chans, cols = part.channel_count, part.columns_per_row
@@ -584,7 +638,7 @@ def pim_blocks(task: Task, ctx: Context):
         for i, stream in enumerate(access.kernel_streams(kernel)):
             region = _role_region(task, roles[stream], ctx)
             start, _ = _task_slice(task, region, roles[stream]) if roles[stream] not in (
-                "param", "pgrad") else (region.base, 0)
+                "param", "pgrad", "param16", "pgrad16") else (region.base, 0)
             # the stream's first column in each bank: its region's row, then its share
             first[i] = region.base // span * cols + (start - region.base) // (
                 banks * part.request_bytes)

@@ -28,7 +28,7 @@ def check_points(spec, quiet: bool = False) -> list[str]:
                 raise ConfigError(f"unknown policy {o['policy']!r}; choose one of "
                                  f"{', '.join(POLICIES)}")
             ExchangeConfig(o["update"], o["world"], o["density"], o["link_gbps"])
-            gk = (o["model"], o["batch"], o["input"], o["allow_unsupported"])
+            gk = (o["model"], o["batch"], o["input"], o["allow_unsupported"], o["precision"])
             if gk not in graphs:
                 graphs[gk] = session.captured(*gk)
                 note = host_fallback_note(graphs[gk])

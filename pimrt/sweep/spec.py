@@ -146,6 +146,9 @@ def parse(data: dict, path: pathlib.Path, limit: int | None = None) -> Spec:
         for label, extra in (variants or [(None, {})]):
             values = dict(zip(grid, combo)) | extra
             opts = defaults | fixed | values
+            if opts.get("host_part") is None:     # the precision's default host part
+                from pimrt.runtime.session import host_part_for
+                opts["host_part"] = host_part_for(opts["precision"], None)
             if label is not None:
                 values["variant"] = label
             pid = _hash(opts, path.parent)

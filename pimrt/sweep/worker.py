@@ -64,7 +64,7 @@ class _Setup:
         from pimrt.runtime.exchange import ExchangeConfig
         self.exchange = ExchangeConfig(o["update"], o["world"], o["density"], o["link_gbps"])
         self.graph = graph if graph is not None else session.captured(
-            o["model"], o["batch"], o["input"], o["allow_unsupported"])
+            o["model"], o["batch"], o["input"], o["allow_unsupported"], o["precision"])
         self.part, self.host = system_of(o)
         self.slices = session.slices_for(o["batch"], o["slices"])
         self.times, self.host_info = session.host_times(
@@ -126,6 +126,7 @@ def point(o: dict, given: dict) -> dict:
     s = _Setup(o, b["graph"])
     meta = {"model": o["model"], "batch": o["batch"], "input": o["input"],
             "slices": s.slices, "part": o["part"], "host_part": o["host_part"],
+            "precision": o["precision"],
             "host_times": s.host_info, "system": session.system(s.part, s.host)}
     from pimrt.sweep.spec import part_keys
     mem, host = part_keys(o)
