@@ -48,6 +48,9 @@ def _free_port():
     (["--checkpoint-every", "-1"], "--checkpoint-every must be >= 0 steps, got -1"),
     (["--value-codec", "int3"], "unknown value codec"),
     (["--manager", "magic"], "unknown memory manager 'magic'"),
+    (["--compressor", "gradsa", "--precision", "amp-fp16"], "--compressor gradsa with --precision "
+                                                             "amp-fp16: its residual"),
+    (["--compressor", "powersgd", "--precision", "amp-fp16"], "use amp-bf16 (no loss scaling)"),
 ])
 def test_bad_input_fails_before_training(args, match, tmp_path, capsys):
     from pimrt.train.loop import main
@@ -305,3 +308,26 @@ def test_pimrt_train_takes_a_model_file_and_reports_the_manager_s_memory(tmp_pat
                        timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("pimrt train: error: model ") \
         and "has no 'Nett' (it has: Net)" in r.stderr, r.stderr
+
+
+def test_mixed_precision_training_resumes_exactly_with_its_loss_scale(tmp_path):
+    """amp-fp16 (autocast + GradScaler): a run killed and resumed gives the same losses and
+    parameters as one that was not, the scaler's state in the checkpoint; amp-bf16 trains GradSA
+    (no loss scaling)."""
+    amp = [a if a != "gradsa" else "dense" for a in COMMON] + ["--compressor", "dense",
+                                                              "--precision", "amp-fp16"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    ck = ["--epochs", "2", "--checkpoint-every", "4"]
+    assert _train(*amp, *ck, "--out", str(full)).returncode == 0
+    assert _train(*amp, *ck, "--out", str(part), PIMRT_TRAIN_DIE_AT="0:15").returncode == 17
+    r = _train(*amp, *ck, "--out", str(part), "--resume")
+    assert r.returncode == 0, r.stderr
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (full, part))
+    assert _losses(part) == _losses(full)
+    assert a["params_digest"] == b["params_digest"]
+    assert a["precision"] == "amp-fp16" and a["loss_scale"] == b["loss_scale"] > 1
+    r = _train(*COMMON, "--precision", "amp-bf16", "--epochs", "1", "--out", str(tmp_path / "bf"))
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "bf" / "summary.json").read_text())
+    assert s["precision"] == "amp-bf16" and s["loss_scale"] is None
+    assert all(float(loss) == float(loss) for _, loss in _losses(tmp_path / "bf"))   # no NaN

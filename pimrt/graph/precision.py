@@ -17,7 +17,6 @@ tests/test_precision.py checks this against torch's own autocast on every zoo mo
 from __future__ import annotations
 
 import copy
-import math
 
 from pimrt.errors import ConfigError
 
@@ -76,8 +75,8 @@ def autocast(graph, precision: str):
         else:
             dt = layer.dtype
         dtype[layer.name] = dt
+        layer.bytes = layer.bytes // layer.itemsize * ITEMSIZE[dt]   # (the output node: 0)
         layer.dtype, layer.itemsize = dt, ITEMSIZE[dt]
-        layer.bytes = math.prod(layer.shape) * layer.itemsize if layer.shape else 0
     return out
 
 

@@ -60,6 +60,9 @@ def build_parser(prog: str = "python -m pimrt.train") -> argparse.ArgumentParser
     a("--device", default="auto", choices=("auto", "cpu", "cuda"))
     a("--threads", type=int, default=1, help="torch threads per rank")
     a("--bucket-cap-mb", type=float, default=25.0)
+    a("--precision", default="fp32", choices=("fp32", "amp-fp16", "amp-bf16"),
+      help="fp32, or mixed precision with torch.autocast (amp-fp16 with torch.amp.GradScaler's "
+      "loss scaling; amp-bf16 without)")
     a("--manager", default="none", help=f"memory manager wrapping the step: {', '.join(managers.MANAGERS)}")
     a("--no-progress", action="store_true", help="no tqdm bar")
     return show_defaults(p)
@@ -90,10 +93,19 @@ def compressor_options(args) -> registry.CompressorOptions:
         powersgd_rank=args.powersgd_rank, seed=args.seed)
 
 
+#: compressors whose state carries gradients from step to step (error feedback)
+LOSS_SCALE_UNSAFE = ("gradsa", "dgc", "dgc-int64", "powersgd")
+
+
 def validate(args) -> None:
     registry.get(args.compressor)
     compressor_options(args).validate()
     managers.get(args.manager)
+    if args.precision == "amp-fp16" and args.compressor in LOSS_SCALE_UNSAFE:
+        raise GradSAError(f"--compressor {args.compressor} with --precision amp-fp16: its residual "
+                          f"(error feedback) holds gradients at the loss scale of the step that left "
+                          f"them, which the scaler changes; use amp-bf16 (no loss scaling) or a "
+                          f"compressor without state ({', '.join(c for c in registry.COMPRESSORS if c not in LOSS_SCALE_UNSAFE)})")
     if args.dataset not in data.DATASETS:
         raise GradSAError(f"unknown dataset {args.dataset!r}; valid: {', '.join(data.DATASETS)}")
     for name in ("epochs", "batch_size", "image_size", "channels", "threads"):

@@ -158,7 +158,8 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
         checkpoint.save(ckpt, model=model, optimizer=opt, compressor=args.compressor, comp_state=state,
                         epoch=epoch, step=step, world=world, batch=0 if full else done_in_epoch,
                         epoch_done=full, model_name=args.model,
-                        extra={"test_acc": history, "schedule": schedule_of(args, total)})
+                        extra={"test_acc": history, "schedule": schedule_of(args, total),
+                               **({"scaler": scaler.state_dict()} if scaler else {})})
     metrics_path = out / "metrics.csv"
     writer = fh = None
     if rank == 0:
@@ -169,10 +170,17 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
         writer.writerows(kept)
         fh.flush()
 
+    low = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(args.precision)
+    # loss scaling (amp-fp16): torch's GradScaler, its state in the checkpoint
+    scaler = torch.amp.GradScaler(device.type) if args.precision == "amp-fp16" else None
+    if scaler is not None and args.resume and info["extra"].get("scaler"):
+        scaler.load_state_dict(info["extra"]["scaler"])
+
     def fwd_bwd(x, y):
-        logits = ddp(x)
-        loss = F.cross_entropy(logits, y)
-        loss.backward()
+        with torch.autocast(device.type, dtype=low) if low else contextlib.nullcontext():
+            logits = ddp(x)
+            loss = F.cross_entropy(logits, y)
+        (scaler.scale(loss) if scaler else loss).backward()
         return loss, logits
 
     step_fn = managers.get(args.manager)(ddp).wrap_step(fwd_bwd)
@@ -221,7 +229,11 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
                 with meter or contextlib.nullcontext():
                     opt.zero_grad(set_to_none=True)
                     loss, logits = step_fn(x, y)
-                    opt.step()
+                    if scaler:
+                        scaler.step(opt)       # unscale, check for inf/NaN, step or skip
+                        scaler.update()
+                    else:
+                        opt.step()
                 dt = time.perf_counter() - t0
                 c.buffer_bytes += buffers
                 step += 1
@@ -280,7 +292,8 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
     summary = {
         "compressor": args.compressor, "model": args.model, "params": n_params, "dataset": args.dataset,
         "image_size": args.image_size, "world_size": world, "epochs": args.epochs, "steps": step,
-        "batch_size_per_rank": args.batch_size, "density": getattr(getattr(state, "config", None), "density", None),
+        "batch_size_per_rank": args.batch_size, "precision": args.precision,
+        "loss_scale": scaler.get_scale() if scaler else None, "density": getattr(getattr(state, "config", None), "density", None),
         "warmup_steps": args.warmup_steps, "value_codec": args.value_codec,
         "final_test_acc": history[-1] if history else None, "test_acc_per_epoch": history,
         "ratio": c.ratio, "ratio_whole": c.ratio_whole,

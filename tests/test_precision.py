@@ -1,0 +1,191 @@
+"""Mixed precision (pimrt.graph.precision): every tensor's dtype as torch's autocast gives it,
+the bytes each stream moves, the schedule's unscale and update order, and the refusals of a
+precision a part cannot run."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from pimrt.errors import ConfigError
+from pimrt.graph import capture
+from pimrt.graph.precision import autocast, weight_copy
+from pimrt.runtime import session
+from pimrt.runtime.schedule import build_schedule
+
+FIVE = ("resnet18", "resnet50", "vgg16_bn", "densenet121", "mobilenetv2")
+DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+
+
+def _autocast_dtypes(name: str, precision: str) -> dict[str, str]:
+    """Each fx node's output dtype when torch runs the model under autocast on the CPU."""
+    from pimrt import zoo
+    torch.manual_seed(0)
+    model = zoo.build(name, input_size=32).train()
+    gm = torch.fx.symbolic_trace(model)
+    seen = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            if isinstance(out, torch.Tensor):
+                seen[n.name] = str(out.dtype).removeprefix("torch.")
+            return out
+    with torch.autocast("cpu", dtype=DTYPES[precision]):
+        Recorder(gm).run(torch.randn(2, 3, 32, 32))
+    return seen
+
+
+@pytest.mark.parametrize("precision", ["amp-fp16", "amp-bf16"])
+@pytest.mark.parametrize("name", FIVE)
+def test_every_tensor_has_autocasts_dtype(name, precision):
+    graph = session.captured(name, 2, 32, precision=precision)
+    want = _autocast_dtypes(name, precision)
+    common = [n for n in graph.nodes if n.name in want and n.kind != "output"]
+    assert len(common) >= 0.9 * len(graph.nodes) - 2      # the graph's layers are fx nodes
+    for layer in common:
+        assert layer.dtype == want[layer.name], (layer.name, layer.kind)
+        assert layer.itemsize == (4 if layer.dtype == "float32" else 2)
+        assert layer.bytes == int(np.prod(layer.shape)) * layer.itemsize
+
+
+def test_fp32_graph_is_the_captured_one():
+    g = session.captured("resnet18", 2, 32)
+    assert g.precision == "fp32" and all(n.itemsize == 4 for n in g.nodes)
+
+
+def test_activation_bytes_halved_parameters_kept():
+    f32 = session.captured("resnet18", 4, 32)
+    f16 = session.captured("resnet18", 4, 32, precision="amp-fp16")
+    for a, b in zip(f32.nodes, f16.nodes):
+        assert b.param_bytes == a.param_bytes          # master weights stay fp32
+        if a.kind == "input":
+            assert b.bytes == a.bytes                  # the images stay fp32
+        else:
+            assert b.bytes * 2 == a.bytes, a.name
+    assert f16.nodes[0].kind == "input"
+
+
+def _records(graph, policy="serial"):
+    """Requests of each task of the step, by (layer, kind, phase, side)."""
+    from pimrt.memctl import load_part
+    from pimrt.runtime.placement import place_step
+    from pimrt.runtime.timing import gpu_only_schedule
+    from pimrt.runtime.work import context, task_records
+    from pimrt.trace.records import READ, WRITE
+    part = load_part("v100_hbm2_pim")
+    sched = gpu_only_schedule(graph) if policy == "gpu_only" else \
+        build_schedule(graph, 1, pipelined=False)
+    ctx = context(graph, part, place_step(graph, part), "v100", "serial")
+    out = {}
+    for t in sched.tasks:
+        r = task_records(t, ctx)
+        out[(t.layer, t.kind, t.phase, t.side)] = int(np.isin(r["op"], (READ, WRITE)).sum())
+    return out
+
+
+def test_gpu_only_streams_halved():
+    """GPU-only: every streaming kernel of an activation (batch norm, ReLU, add, pooling and
+    their backward) moves half the requests in 16 bits."""
+    f32 = _records(session.captured("resnet18", 4, 32), "gpu_only")
+    f16 = _records(session.captured("resnet18", 4, 32, precision="amp-fp16"), "gpu_only")
+    checked = 0
+    for key, n in f32.items():
+        layer, kind, phase, side = key
+        if kind in ("batchnorm", "relu", "add", "maxpool") and n > 64:
+            assert abs(f16[key] * 2 - n) <= 8, key
+            checked += 1
+    assert checked > 20
+
+
+def test_conv_streams_halved():
+    """A host CONV moves 16-bit activations and a 16-bit weight copy: half the requests of
+    fp32 (within a request per tensor for rounding), except the first CONV, which reads the
+    fp32 images."""
+    f32 = _records(session.captured("resnet18", 4, 32))
+    f16 = _records(session.captured("resnet18", 4, 32, precision="amp-fp16"))
+    convs = [k for k in f32 if k[1] == "conv" and k[0] != "conv1"]
+    assert convs
+    for key in convs:
+        assert f16[key] <= 0.5 * f32[key] + 64, key
+
+
+def test_amp_fp16_updates_after_every_check():
+    g = session.captured("resnet18", 4, 32, precision="amp-fp16")
+    s = build_schedule(g, 1)
+    unscale = [t for t in s.tasks if t.kind == "unscale"]
+    updates = [t for t in s.tasks if t.kind == "update"]
+    with_params = [n.name for n in g.nodes if n.param_bytes]
+    assert sorted(t.layer for t in unscale) == sorted(with_params)
+    assert sorted(t.layer for t in updates) == sorted(with_params)
+    ids = {t.id for t in unscale}
+    for u in updates:
+        assert ids <= set(u.deps), u.label      # the scaler's check of every gradient first
+    for t in unscale:                           # each after its own gradient's producer
+        assert t.deps and all(s.tasks[d].layer == t.layer for d in t.deps)
+
+
+def test_amp_bf16_casts_conv_gradients_without_a_barrier():
+    g = session.captured("resnet18", 4, 32, precision="amp-bf16")
+    s = build_schedule(g, 1)
+    unscale = {t.layer for t in s.tasks if t.kind == "unscale"}
+    assert unscale == {n.name for n in g.nodes if weight_copy(g, n)}
+    first_update = min(t.id for t in s.tasks if t.kind == "update")
+    last_bwd = max(t.id for t in s.tasks if t.phase in ("bwd", "bwd_data", "bwd_weight"))
+    assert first_update < last_bwd        # updates run during backward, as in fp32
+
+
+def test_laysa_refused_with_loss_scaling():
+    g = session.captured("resnet18", 4, 32, precision="amp-fp16")
+    with pytest.raises(ConfigError, match="laysa.*amp-fp16"):
+        build_schedule(g, 1, exchange="laysa")
+
+
+def test_host_part_without_the_precision_refused():
+    with pytest.raises(ConfigError, match=r"host part V100 .*\[compute\] precisions"):
+        session.check_precision("amp-fp16", "v100_hbm2_pim", "v100")
+    with pytest.raises(ConfigError, match=r"V100-TC .*amp-bf16"):
+        session.check_precision("amp-bf16", "v100_hbm2_pim", "v100_tc")
+    session.check_precision("amp-fp16", "v100_hbm2_pim", "v100_tc")
+    session.check_precision("amp-bf16", "v100_hbm2_pim", "a100_tc")
+
+
+def test_fp32_only_lanes_refused():
+    from pimrt.memctl import load_part
+    part = load_part("v100_hbm2_pim", {"pim.dtypes": ["fp32"]})
+    with pytest.raises(ConfigError, match=r"memory part V100_HBM2_x4_PIM .*amp-fp16.*"
+                                          r"\[pim\] dtypes = \['fp32'\], without fp16"):
+        session.check_precision("amp-fp16", part, "v100_tc")
+    session.check_precision("fp32", part, "v100")
+
+
+def test_run_refuses_before_any_work(tmp_path, capsys):
+    from pimrt.cli import main
+    rc = main(["run", "--precision", "amp-fp16", "--host-part", "v100", "--functional",
+               "none", "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "host part V100" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value, message", [
+    (["fp16"], "compute fp32 whatever else"), (["fp32", "fp8"], "distinct lane dtypes"),
+    (["fp32", "fp32"], "distinct lane dtypes"), ("fp16", "distinct lane dtypes"),
+    ([], "distinct lane dtypes")])
+def test_part_dtypes_checked(value, message):
+    from pimrt.memctl import load_part
+    with pytest.raises(ConfigError, match=rf"\[pim\] dtypes.*{message}"):
+        load_part("v100_hbm2_pim", {"pim.dtypes": value})
+    assert load_part("hbm2")  # a part without PIM units has no dtypes to give
+
+
+def test_default_host_parts():
+    assert session.host_part_for("fp32", None) == "v100"
+    assert session.host_part_for("amp-fp16", None) == "v100_tc"
+    assert session.host_part_for("amp-bf16", None) == "a100_tc"
+    assert session.host_part_for("amp-fp16", "x.toml") == "x.toml"
+    with pytest.raises(ConfigError, match="unknown precision 'fp8'"):
+        session.host_part_for("fp8", None)
