@@ -69,7 +69,7 @@ def test_activation_bytes_halved_parameters_kept():
 
 
 def _records(graph, policy="serial"):
-    """Requests of each task of the step, by (layer, kind, phase, side)."""
+    """Requests of each host task of the step, by (layer, kind, phase, side)."""
     from pimrt.memctl import load_part
     from pimrt.runtime.placement import place_step
     from pimrt.runtime.timing import gpu_only_schedule
@@ -81,6 +81,8 @@ def _records(graph, policy="serial"):
     ctx = context(graph, part, place_step(graph, part), "v100", "serial")
     out = {}
     for t in sched.tasks:
+        if t.side != "host":
+            continue
         r = task_records(t, ctx)
         out[(t.layer, t.kind, t.phase, t.side)] = int(np.isin(r["op"], (READ, WRITE)).sum())
     return out
