@@ -104,14 +104,21 @@ def test_gpu_only_streams_halved():
 
 def test_conv_streams_halved():
     """A host CONV moves 16-bit activations and a 16-bit weight copy: half the requests of
-    fp32 (within a request per tensor for rounding), except the first CONV, which reads the
-    fp32 images."""
-    f32 = _records(session.captured("resnet18", 4, 32))
+    fp32 (within a request per tensor for rounding) where it reads its whole input; a strided
+    1x1 CONV reads every other image row (forward, weight gradient), which in 16 bits shares a 64-byte line with the row
+    it skips: its input costs as many requests as in fp32 (its output and weights half). The
+    first CONV reads the fp32 images."""
+    g32 = session.captured("resnet18", 4, 32)
+    f32 = _records(g32)
     f16 = _records(session.captured("resnet18", 4, 32, precision="amp-fp16"))
     convs = [k for k in f32 if k[1] == "conv" and k[0] != "conv1"]
-    assert convs
+    assert len(convs) > 40
     for key in convs:
-        assert f16[key] <= 0.5 * f32[key] + 64, key
+        layer = g32[key[0]]
+        if layer.attrs["stride"] in (1, (1, 1)) or key[2] == "bwd_data":
+            assert f16[key] <= 0.5 * f32[key] + 64, key
+        else:
+            assert f16[key] < 0.75 * f32[key], key
 
 
 def test_amp_fp16_updates_after_every_check():
