@@ -95,13 +95,14 @@ def test_channel_kernel_accesses_and_cycles_equal_the_rtl(lanes, name, c, n):
 @given(i=st.integers(1, 2), h=st.integers(2, 7), w=st.integers(2, 7), c=st.integers(1, 40))
 def test_pool_kernel_accesses_and_cycles_equal_the_rtl(lanes, name, i, h, w, c):
     x = _rng.standard_normal((i, c, h, w)).astype(np.float32)
+    base, dtype = K.base_of(name)                   # 16-bit variants: x rounded to dtype
 
     def run(d):
         before = d.stats.get(name, [0])[0]
-        if name == "avgpool2_bwd":
-            K.avgpool2_backward(d, x[:, :, :h // 2, :w // 2], x.shape)
+        if base == "avgpool2_bwd":
+            K.avgpool2_backward(d, x[:, :, :h // 2, :w // 2], x.shape, dtype)
         else:
-            (K.avgpool2_forward if name == "avgpool2_fwd" else K.maxpool2_forward)(d, x)
+            (K.avgpool2_forward if base == "avgpool2_fwd" else K.maxpool2_forward)(d, x, dtype)
         return d.stats[name][0] - before
 
     _check(name, lanes, {"images": i, "height": h, "width": w, "channels": c}, run)
