@@ -329,3 +329,14 @@ def test_a_16bit_stream_takes_half_the_columns(lanes):
                            channels=64)
     assert len(pool) * 2 == len(A.bank_accesses("maxpool2_fwd", lanes=lanes, images=2, height=8,
                                                 width=8, channels=64))
+
+
+def test_docs_hold_the_cycles_tables():
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "scripts"))
+    import amp_table
+    doc = (root / "docs" / "pim.md").read_text()
+    for what in ("cycles_per_element", "dram_columns_per_element"):
+        assert "\n".join(amp_table.table(what)) in doc
