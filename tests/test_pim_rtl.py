@@ -120,7 +120,8 @@ def _compare_stream(rtl, name, n):
     rg, rr = K.run_stream(g, name, arrays, scal), K.run_stream(rtl, name, arrays, scal)
     assert rr.cycles == rg.cycles
     for s in rg.outputs:
-        assert (rr.outputs[s].view(np.uint32) == rg.outputs[s].view(np.uint32)).all(), s
+        assert rr.outputs[s].dtype == rg.outputs[s].dtype
+        assert (rr.outputs[s].view(np.uint8) == rg.outputs[s].view(np.uint8)).all(), s
 
 
 @pytest.mark.parametrize("name", sorted(K.STREAM_KERNELS))
