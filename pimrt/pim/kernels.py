@@ -10,6 +10,10 @@ a multiple of LANES) image with nested loops. Per-channel scalar work (mean, 1/s
 the constants of the backward formula) and the final combination of the per-lane partial
 sums of a reduction are done on the host, in float64. pimrt.pim.access derives from these
 same programs what one unit does in its bank, for the timing model.
+
+The activation kernels have 16-bit variants (`<base>_f16`, `<base>_bf16`: variant(),
+stream_dtypes(); their bodies in pimrt.pim.kernels16) and the update an AMP form
+(amp_unscale, sgd_amp_<dtype>): docs/pim.md, "Kernels of an AMP step".
 """
 from __future__ import annotations
 
@@ -20,9 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pimrt.pim import fp, isa, kernels16 as K16
+from pimrt.pim import isa, kernels16 as K16
 from pimrt.pim.asm import Program, assemble
 from pimrt.pim.backend import Backend
+from pimrt.pim.data16 import bits16, pair_layout, pair_unlayout, scalar_word, values16, widen
 from pimrt.pim.errors import PimCapacityError, PimError
 
 
@@ -78,54 +83,6 @@ def _expand(body, b: int, fmt: dict) -> list[str]:
             out += [line.format(i=i, j=b + i, i2=2 * b + i, j2=3 * b + i, **fmt)
                     for i in range(b)]
     return out
-
-
-def bits16(a, dtype: str) -> np.ndarray:
-    """16-bit values -> their bit patterns (uint16): np.float16 for f16, uint16 patterns as
-    they are (bf16's representation), other floats rounded to the dtype (RNE)."""
-    a = np.asarray(a)
-    if a.dtype == np.uint16:
-        return a
-    if a.dtype == np.float16 and dtype == "f16":
-        return a.view(np.uint16)
-    if a.dtype == np.float16:
-        raise PimError(f"{dtype} values given as float16; give bf16 as uint16 bit patterns")
-    u = np.asarray(a, np.float32).view(np.uint32)
-    return fp.narrow16(u, isa.DTYPES[dtype]).astype(np.uint16)
-
-
-def values16(u, dtype: str) -> np.ndarray:
-    """uint16 bit patterns -> what the wrappers return: np.float16 for f16, the uint16
-    patterns themselves for bf16 (numpy has no bfloat16)."""
-    u = np.asarray(u, np.uint16)
-    return u.view(np.float16) if dtype == "f16" else u
-
-
-def widen(a, dtype: str) -> np.ndarray:
-    """Values of `dtype` (f32, or 16-bit as bits16 takes them) -> float32, exactly."""
-    if dtype == "f32":
-        return np.asarray(a, np.float32)
-    return fp.widen16(bits16(a, dtype), isa.DTYPES[dtype]).astype(np.uint32).view(np.float32)
-
-
-def _scalar_word(v, dtype: str) -> np.uint32:
-    """A scalar register's word: fp32 bits, or a 16-bit value in both halves."""
-    bits = np.asarray([v], np.float32).view(np.uint32)
-    if dtype == "f32":
-        return bits[0]
-    h = fp.narrow16(bits, isa.DTYPES[dtype])[0]
-    return np.uint32(h | (h << 16))
-
-
-def pair_layout(values: np.ndarray, lanes: int) -> np.ndarray:
-    """fp32 values (a multiple of 2*lanes) -> the bank order of a kernel that narrows two
-    fp32 columns into one 16-bit column (sgd_amp): each 2*lanes values as one column of
-    the even ones, then one of the odd ones."""
-    return np.ascontiguousarray(np.asarray(values).reshape(-1, lanes, 2).transpose(0, 2, 1)).ravel()
-
-
-def pair_unlayout(values: np.ndarray, lanes: int) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(values).reshape(-1, 2, lanes).transpose(0, 2, 1)).ravel()
 
 
 @dataclass(frozen=True)
@@ -311,7 +268,7 @@ def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
     region["acc"] = base
     program = k.program()
     sdt = k.dtype if V == 2 else "f32"
-    scal = np.asarray([_scalar_word(scalars.get(s, CONSTANTS.get(s, 0.0)), sdt)
+    scal = np.asarray([scalar_word(scalars.get(s, CONSTANTS.get(s, 0.0)), sdt)
                        for s in k.scalars] or [0], np.uint32)
     outs = {s: np.empty(blocks * per_block, np.uint16 if s in k.narrow else np.float32)
             for s in k.outputs}
@@ -907,7 +864,7 @@ def pool_vpc(name: str) -> int:
 def pool_scalars(name: str) -> np.ndarray:
     """S0 = 1/4 and S1 = +0: in fp32, or for a 16-bit op (avgpool2_bwd's MAD) in 16 bits."""
     dt = "f32" if name.startswith("avgpool2_fwd") else POOL_DTYPE[name]
-    return np.asarray([_scalar_word(0.25, dt), _scalar_word(0.0, dt)], np.uint32)
+    return np.asarray([scalar_word(0.25, dt), scalar_word(0.0, dt)], np.uint32)
 
 
 def pool_block(name: str, cb: int) -> int:
