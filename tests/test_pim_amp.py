@@ -43,7 +43,7 @@ def isnan16(u, dt):
 
 def same(got, want, dt, nan_any=True):
     """Bit for bit, a NaN for a NaN (the unit's NaN is canonical; torch's is not always)."""
-    got, want = K.bits16(got, dt), np.asarray(want, np.uint16)
+    got, want = K.bits16(got, dt).ravel(), np.asarray(want, np.uint16).ravel()
     gn, wn = isnan16(got, dt), isnan16(want, dt)
     assert (gn == wn).all(), f"NaN where the other is not: {np.flatnonzero(gn != wn)[:5]}"
     if not nan_any:
@@ -130,9 +130,9 @@ def _image(data, dt, shape):
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_pooling_bit_for_bit(g, dt, data):
-    """avg_pool2d (fp32 sum of the window, a +0 start: four -0 give +0, rounded once),
-    max_pool2d (NaN wins, first maximum), and avg_pool2d's backward (dy/4 into a zeroed
-    gradient: -0 gives +0)."""
+    """avg_pool2d (fp32 sum of the window, rounded once; +0 where that is -0, as torch's
+    NCHW kernel gives), max_pool2d (NaN wins, first maximum), and avg_pool2d's backward (dy/4
+    into a zeroed gradient: -0 gives +0)."""
     shape = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 40)),
              data.draw(st.integers(2, 5)), data.draw(st.integers(2, 5)))
     x = _image(data, dt, shape)
@@ -148,10 +148,17 @@ def test_pooling_bit_for_bit(g, dt, data):
 
 @pytest.mark.parametrize("dt", DTYPES)
 def test_avgpool_signed_zeros(g, dt):
-    x = np.full((1, 3, 2, 2), 0x8000, np.uint16)
+    """torch's NCHW average pooling gives +0 for a mean that rounds to -0: four -0, or a
+    tiny negative sum (-s/4 and -2s/4 of the smallest subnormal s; -3s/4 rounds to -s)."""
+    x = np.full((1, 5, 2, 2), 0x8000, np.uint16)
     x[0, 1, 0, 0] = 0
-    assert (K.bits16(K.avgpool2_forward(g, x, dt), dt) == 0).all()     # +0, as torch
-    assert (K.bits16(K.maxpool2_forward(g, x, dt), dt).ravel() == [0x8000, 0, 0x8000]).all()
+    x[0, 2, 0, 0], x[0, 3, 0, 0], x[0, 4, 0, 0] = 0x8001, 0x8002, 0x8003
+    y = K.bits16(K.avgpool2_forward(g, x, dt), dt).ravel()
+    assert (y == [0, 0, 0, 0, 0x8001]).all()
+    assert (y == bits(F.avg_pool2d(tt(x, dt), 2)).ravel()).all()
+    m = K.bits16(K.maxpool2_forward(g, x, dt), dt).ravel()
+    assert (m == [0x8000, 0, 0x8000, 0x8000, 0x8000]).all()            # the first maximum
+    assert (m == bits(F.max_pool2d(tt(x, dt), 2)).ravel()).all()
 
 
 # ---- batch norm --------------------------------------------------------------------------------
@@ -340,3 +347,20 @@ def test_docs_hold_the_cycles_tables():
     doc = (root / "docs" / "pim.md").read_text()
     for what in ("cycles_per_element", "dram_columns_per_element"):
         assert "\n".join(amp_table.table(what)) in doc
+
+
+def test_fp32_average_pooling_signed_zeros_as_torch(g):
+    """The fp32 kernels too: a mean (or gradient) that is -0 comes out +0, as torch's NCHW
+    kernels give (four -0; a tiny negative sum whose quarter rounds to -0)."""
+    s = np.float32(1e-45)
+    x = np.zeros((1, 4, 2, 2), np.float32) - np.float32(0.0)
+    x[0, 1, 0, 0], x[0, 2, 0, 0], x[0, 3, 0, 0] = 0.0, -s, -3 * s
+    xt = torch.tensor(x, requires_grad=True)
+    y = F.avg_pool2d(xt, 2)
+    got = K.avgpool2_forward(g, x)
+    assert (got.view(np.uint32) == y.detach().numpy().view(np.uint32)).all()
+    assert list(got.ravel().view(np.uint32)) == [0, 0, 0, 0x80000001]
+    dy = np.asarray([-0.0, -s, -2 * s, -3 * s], np.float32).reshape(1, 4, 1, 1)
+    y.backward(torch.tensor(dy))
+    dx = K.avgpool2_backward(g, dy, x.shape)
+    assert (dx.view(np.uint32) == xt.grad.numpy().view(np.uint32)).all()

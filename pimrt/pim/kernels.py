@@ -837,12 +837,14 @@ HOST_KERNELS = {
 }
 
 
+# S0 = 1/4, S1 = +0: an average (or its gradient) of -0 is +0, as torch's NCHW kernels give
+# (they add into zeroed outputs): (x*0.25) + 0 is x*0.25 but for -0
 POOL_BODIES = {
     "avgpool2_fwd": ("MOV G{i}, B[p0+]", "ADD G{i}, G{i}, B[p1+]", "ADD G{i}, G{i}, B[p2+]",
-                     "ADD G{i}, G{i}, B[p3+]", "MUL B[p4+], G{i}, S0"),
+                     "ADD G{i}, G{i}, B[p3+]", "MAD B[p4+], G{i}, S0, S1"),
     "maxpool2_fwd": ("MOV G{i}, B[p0+]", "MAX G{i}, G{i}, B[p1+]", "MAX G{i}, G{i}, B[p2+]",
                      "MAX G{i}, G{i}, B[p3+]", "MOV B[p4+], G{i}"),
-    "avgpool2_bwd": ("MUL G{i}, B[p4+], S0", "MOV B[p0+], G{i}", "MOV B[p1+], G{i}",
+    "avgpool2_bwd": ("MAD G{i}, B[p4+], S0, S1", "MOV B[p0+], G{i}", "MOV B[p1+], G{i}",
                      "MOV B[p2+], G{i}", "MOV B[p3+], G{i}"),
 }
 POOL_STREAMS = {"avgpool2_fwd": ("x", "y"), "maxpool2_fwd": ("x", "y"),

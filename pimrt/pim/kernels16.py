@@ -66,17 +66,17 @@ CHANNEL16 = {
 }
 
 # ---- pooling: p0..p3 the window, p4 the pooled stream --------------------------------------
-# average: the four values widened and summed in fp32 in row-major order, times 0.25, plus +0
-# (torch sums into a +0 accumulator: four -0 give +0), narrowed once: torch's opmath sum.
-# S0 = 0.25 and S1 = +0 in fp32. Backward: dy*0.25 rounded to 16 bits, plus +0 (torch adds
-# it into a zeroed gradient), S0/S1 in the 16-bit format.
+# average: the four values widened and summed in fp32 in row-major order, times 0.25, narrowed
+# once, plus +0 in 16 bits: torch's opmath sum, and its NCHW kernel gives +0 where the result
+# rounds to -0 (a tiny negative mean, four -0). S0 = 0.25 (fp32), S1 = +0. Backward: dy*0.25
+# rounded to 16 bits plus +0 (torch adds it into a zeroed gradient), S0, S1 in 16 bits.
 POOL16 = {
     "avgpool2_fwd": (*_widen("G{j}", "G{i}", "G{j}", "B[p0+]"),
                      *[ph for p in (1, 2, 3) for ph in (
                          *_widen("G{j2}", "G{i2}", "G{j2}", f"B[p{p}+]"),
                          "ADD G{i}, G{i}, G{i2}", "ADD G{j}, G{j}, G{j2}")],
-                     "MAD G{i}, G{i}, S0, S1", "MAD G{j}, G{j}, S0, S1",
-                     "CVTPK{dt} B[p4+], G{i}, G{j}"),
+                     "MUL G{i}, G{i}, S0", "MUL G{j}, G{j}, S0", "CVTPK{dt} G{i}, G{i}, G{j}",
+                     "ADD{dt} B[p4+], G{i}, S1"),
     "maxpool2_fwd": ("MOV G{i}, B[p0+]", "MAX{dt} G{i}, G{i}, B[p1+]", "MAX{dt} G{i}, G{i}, B[p2+]",
                      "MAX{dt} G{i}, G{i}, B[p3+]", "MOV B[p4+], G{i}"),
     "avgpool2_bwd": ("MAD{dt} G{i}, B[p4+], S0, S1", "MOV B[p0+], G{i}", "MOV B[p1+], G{i}",
