@@ -119,6 +119,14 @@ def test_streams_and_blocks():
     assert a["column"].tolist() == [0, 1, 2, 3] * 2 + [4, 5, 6, 7] * 2
     b = A.bank_accesses("relu_fwd", lanes=16, elements=16 * 16)
     assert len(b) == 32 and (b["column"][:8] == np.arange(8)).all()
+    # 16 bits: two values a lane word, so 16 * 16 values are what 8 * 16 are in fp32
+    h = A.bank_accesses("relu_fwd_f16", lanes=8, elements=16 * 16)
+    assert (h == a).all() and A.kernel_streams("relu_fwd_bf16") == ("x", "y")
+    # the AMP update: w, g, v fp32, the 16-bit copy w16 a column per two of w's
+    s = A.bank_accesses("sgd_amp_bf16", lanes=16, elements=64)
+    assert A.kernel_streams("sgd_amp_bf16") == ("w", "g", "v", "w16")
+    assert s["stream"].tolist() == [0] * 4 + [1] * 4 + [2] * 8 + [0] * 4 + [3] * 2
+    assert A.kernel_streams("amp_unscale") == ("g", "acc")
     # a 128-byte unit column (32 lanes) is two 64-byte DRAM columns
     c = A.bank_accesses("relu_fwd", lanes=32, elements=32 * 8)
     assert c["column"][:16].tolist() == list(range(16))
