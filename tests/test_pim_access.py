@@ -95,13 +95,14 @@ def test_channel_kernel_accesses_and_cycles_equal_the_rtl(lanes, name, c, n):
 @given(i=st.integers(1, 2), h=st.integers(2, 7), w=st.integers(2, 7), c=st.integers(1, 40))
 def test_pool_kernel_accesses_and_cycles_equal_the_rtl(lanes, name, i, h, w, c):
     x = _rng.standard_normal((i, c, h, w)).astype(np.float32)
+    base, dtype = K.base_of(name)                   # 16-bit variants: x rounded to dtype
 
     def run(d):
         before = d.stats.get(name, [0])[0]
-        if name == "avgpool2_bwd":
-            K.avgpool2_backward(d, x[:, :, :h // 2, :w // 2], x.shape)
+        if base == "avgpool2_bwd":
+            K.avgpool2_backward(d, x[:, :, :h // 2, :w // 2], x.shape, dtype)
         else:
-            (K.avgpool2_forward if name == "avgpool2_fwd" else K.maxpool2_forward)(d, x)
+            (K.avgpool2_forward if base == "avgpool2_fwd" else K.maxpool2_forward)(d, x, dtype)
         return d.stats[name][0] - before
 
     _check(name, lanes, {"images": i, "height": h, "width": w, "channels": c}, run)
@@ -118,6 +119,14 @@ def test_streams_and_blocks():
     assert a["column"].tolist() == [0, 1, 2, 3] * 2 + [4, 5, 6, 7] * 2
     b = A.bank_accesses("relu_fwd", lanes=16, elements=16 * 16)
     assert len(b) == 32 and (b["column"][:8] == np.arange(8)).all()
+    # 16 bits: two values a lane word, so 16 * 16 values are what 8 * 16 are in fp32
+    h = A.bank_accesses("relu_fwd_f16", lanes=8, elements=16 * 16)
+    assert (h == a).all() and A.kernel_streams("relu_fwd_bf16") == ("x", "y")
+    # the AMP update: w, g, v fp32, the 16-bit copy w16 a column per two of w's
+    s = A.bank_accesses("sgd_amp_bf16", lanes=16, elements=64)
+    assert A.kernel_streams("sgd_amp_bf16") == ("w", "g", "v", "w16")
+    assert s["stream"].tolist() == [0] * 4 + [1] * 4 + [2] * 8 + [0] * 4 + [3] * 2
+    assert A.kernel_streams("amp_unscale") == ("g", "acc")
     # a 128-byte unit column (32 lanes) is two 64-byte DRAM columns
     c = A.bank_accesses("relu_fwd", lanes=32, elements=32 * 8)
     assert c["column"][:16].tolist() == list(range(16))

@@ -16,11 +16,14 @@ def test_cycles_table_covers_every_kernel_at_8_and_16_lanes():
             acc = cycles.column_accesses_per_element(name, lanes=lanes)
             dram = cycles.dram_columns_per_element(name, lanes=lanes)
             assert 0 < cpe < 5 and 0 < acc < 5 and 0 < dram < 5
-        # element-wise kernels: at least one column access per `lanes` elements per stream,
-        # and a 64-byte DRAM column per 16 elements per stream
+        # element-wise kernels: at least one column access per `lanes` elements per fp32
+        # stream (2 * lanes for a 16-bit one), and a 64-byte DRAM column per 16 (32)
         for name, k in K.STREAM_KERNELS.items():
-            assert cycles.column_accesses_per_element(name, lanes) >= len(k.streams) / lanes - 1e-9
-            assert cycles.dram_columns_per_element(name, lanes) >= len(k.streams) / 16 - 1e-9
+            per = [1 if d == "f32" else 2 for s, d in K.stream_dtypes(name).items() if s != "acc"]
+            assert cycles.column_accesses_per_element(name, lanes) >= sum(
+                1 / (lanes * w) for w in per) - 1e-9
+            assert cycles.dram_columns_per_element(name, lanes) >= sum(
+                1 / (16 * w) for w in per) - 1e-9
     # twice the lanes: about half the cycles per element
     assert cycles.cycles_per_element("relu_fwd", 16) < 0.6 * cycles.cycles_per_element("relu_fwd")
     # the old per-channel batch norm names are the channel kernels

@@ -49,29 +49,36 @@ def _inputs(name: str, n: int, rng):
     """-> (function running the kernel on a backend, elements it counts, the work in
     pimrt.pim.access's terms for one bank)."""
     from pimrt.pim import kernels as K
+    dts = K.stream_dtypes(name)               # a 16-bit stream: normal values rounded to it
+
+    def draw(s, shape):
+        v = rng.standard_normal(shape).astype(np.float32)
+        return v if dts[s] == "f32" else K.bits16(v, dts[s])
+
     if name in K.STREAM_KERNELS:
         k = K.STREAM_KERNELS[name]
-        arrays = {s: rng.standard_normal(n).astype(np.float32) for s in k.inputs}
+        arrays = {s: draw(s, n) for s in k.inputs}
         scal = {s: K.CONSTANTS.get(s, 0.5) for s in k.scalars}   # threshold 0.5
         return (lambda b: K.run_stream(b, name, arrays, scal)), n, {"elements": n}
     C = 64
     if name in K.CHANNEL_KERNELS:
         k = K.CHANNEL_KERNELS[name]
         per = max(1, n // C)
-        arrays = {s: rng.standard_normal((C, per)).astype(np.float32) for s in k.inputs}
+        arrays = {s: draw(s, (C, per)) for s in k.inputs}
         params = {p: np.full(C, 0.5, np.float32) for p in k.params}
         return ((lambda b: K.run_channels(b, name, arrays, params)), C * per,
                 {"channels": C, "elements": per})
     side = 16
+    base, dt = K.base_of(name)
     N = max(1, n // (C * (side // 2) ** 2))
-    x = rng.standard_normal((N, C, side, side)).astype(np.float32)
+    x = draw(K.POOL_STREAMS[name][0], (N, C, side, side))
     work = {"images": N, "height": side, "width": side, "channels": C}
-    if name == "avgpool2_fwd":
-        return (lambda b: K.avgpool2_forward(b, x)), x.size // 4, work
-    if name == "maxpool2_fwd":
-        return (lambda b: K.maxpool2_forward(b, x)), x.size // 4, work
-    dy = rng.standard_normal((N, C, side // 2, side // 2)).astype(np.float32)
-    return (lambda b: K.avgpool2_backward(b, dy, x.shape)), x.size, work
+    if base == "avgpool2_fwd":
+        return (lambda b: K.avgpool2_forward(b, x, dt)), x.size // 4, work
+    if base == "maxpool2_fwd":
+        return (lambda b: K.maxpool2_forward(b, x, dt)), x.size // 4, work
+    dy = draw("dy", (N, C, side // 2, side // 2))
+    return (lambda b: K.avgpool2_backward(b, dy, x.shape, dt)), x.size, work
 
 
 def parse_lanes(text: str) -> list[int]:

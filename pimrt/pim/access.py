@@ -6,7 +6,8 @@ program order, and the clock cycles, both derived from the very program the kern
     bank_accesses("relu_bwd", lanes=8, elements=4096)     -> structured array (rw, stream, column)
     bank_cycles("relu_bwd", lanes=16, elements=4096)      -> int
 
-Work, per unit and bank: stream kernels `elements=n` (values per stream); channel kernels
+Work, per unit and bank: stream kernels `elements=n` (values per stream: a 16-bit stream
+holds two a lane word, kernels.stream_dtypes); channel kernels
 (batch norm) `channels=c, elements=n` (n values per channel); pooling `images=i, height=h,
 width=w, channels=c` (an odd last row or column is dropped, as the kernels do). Each stream
 has a region of its own; `column` counts DRAM columns of `column_bytes` from the region's
@@ -75,23 +76,24 @@ def _work(kernel: str, lanes: int, work: dict) -> tuple[int, ...]:
 def _layout(kernel: str, lanes: int, vals: tuple[int, ...]):
     """-> (program words, loop counts, per pointer (stream index, first column))."""
     fam = family(kernel)
+    per_col = lanes * K.values_per_word(kernel)      # values a column of the loop's streams
     if fam == "stream":
         k = K.STREAM_KERNELS[kernel]
         idx = {s: i for i, s in enumerate(k.streams)}
-        cols = -(-vals[0] // lanes)
+        cols = -(-vals[0] // per_col)
         return (k.program().words, K.stream_counts(k, cols),
                 [(idx[s], 0) for _, s in k.pointers()])
     if fam == "channel":
         k = K.CHANNEL_KERNELS[kernel]
         c, n = vals
-        pieces, P = K.channel_pieces(k, -(-n // lanes))
+        pieces, P = K.channel_pieces(k, -(-n // per_col))
         return (k.program().words, K.channel_counts(k, P, c * pieces),
                 [(i, 0) for i in range(len(k.all_streams))])
     images, H, W, C = vals
-    H, W, cb = H // 2 * 2, W // 2 * 2, -(-C // lanes)
+    H, W, cb = H // 2 * 2, W // 2 * 2, -(-C // per_col)
     if W * cb > 0x7FFF:
         raise PimError(f"kernel {kernel}: a row of {W * cb} columns does not fit ADDP's step")
-    big, small = (0, 1) if kernel.endswith("fwd") else (1, 0)
+    big, small = (1, 0) if kernel.startswith("avgpool2_bwd") else (0, 1)
     ptrs = [(big, b) for b in K.pool_pointers(W, cb, 0, 0)[:4]] + [(small, 0)]
     return K.pool_program(kernel, W, cb).words, K.pool_counts(kernel, images, H, W, cb), ptrs
 

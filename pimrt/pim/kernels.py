@@ -10,31 +10,52 @@ a multiple of LANES) image with nested loops. Per-channel scalar work (mean, 1/s
 the constants of the backward formula) and the final combination of the per-lane partial
 sums of a reduction are done on the host, in float64. pimrt.pim.access derives from these
 same programs what one unit does in its bank, for the timing model.
+
+The activation kernels have 16-bit variants (`<base>_f16`, `<base>_bf16`: variant(),
+stream_dtypes(); their bodies in pimrt.pim.kernels16) and the update an AMP form
+(amp_unscale, sgd_amp_<dtype>): docs/pim.md, "Kernels of an AMP step".
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import string
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from pimrt.pim import isa
+from pimrt.pim import isa, kernels16 as K16
 from pimrt.pim.asm import Program, assemble
 from pimrt.pim.backend import Backend
+from pimrt.pim.data16 import bits16, pair_layout, pair_unlayout, scalar_word, values16, widen
 from pimrt.pim.errors import PimCapacityError, PimError
 
 
 BLOCK_MAX = 8          # columns a stream moves per row visit, at most (the GRF holds 16)
 
 
-def _block(phases: int, fixed: int, regs_per_col: int, free_regs: int = isa.N_GRF) -> int:
+def _block(phases: float, fixed: int, regs_per_col: int, free_regs: int = isa.N_GRF) -> int:
     """The block: the largest even number of columns (at most BLOCK_MAX) whose phases fit the
     CRF beside `fixed` other commands and whose registers fit the GRF; 1 if none does."""
     for b in range(BLOCK_MAX, 1, -2):
         if phases * b + fixed <= isa.CRF_DEPTH and regs_per_col * b <= free_regs:
             return b
     return 1
+
+
+# register placeholders of a body: {i} Gi, {j} G(b+i), {i2} G(2b+i), {j2} G(3b+i); in a
+# `pair ` phase (once per two columns) {e} G(2i), {o} G(2i+1)
+REGS = ("i", "j", "i2", "j2")
+
+
+def _regs(body) -> int:
+    """Registers a block column of `body` uses."""
+    return max([1] + [n + 1 for n, r in enumerate(REGS) if any(f"{{{r}}}" in x for x in body)])
+
+
+def _phases(body) -> float:
+    """Instructions per block column: a `pair ` phase counts half."""
+    return sum(0.5 if line.startswith("pair ") else 1 for line in body)
 
 
 def _pointer_streams(body, streams) -> tuple[tuple[str, str], ...]:
@@ -44,14 +65,24 @@ def _pointer_streams(body, streams) -> tuple[tuple[str, str], ...]:
     names = [f for line in body for f in string.Formatter().parse(line) if f[1]]
     extra = []
     for _, name, _, _ in names:
-        if name not in streams and name not in ("i", "j") and name not in extra:
+        if name not in streams and name not in REGS + ("e", "o") and name not in extra:
             extra.append(name)
     return tuple((s, s) for s in streams) + tuple((e, e.rsplit("_out", 1)[0]) for e in extra)
 
 
 def _expand(body, b: int, fmt: dict) -> list[str]:
-    """Each phase of `body` for the block's columns i = 0..b-1 ({i}: Gi, {j}: G(b+i))."""
-    return [line.format(i=i, j=b + i, **fmt) for line in body for i in range(b)]
+    """Each phase of `body` for the block's columns i = 0..b-1 (REGS), a `pair ` phase for
+    each pair of them."""
+    out = []
+    for line in body:
+        if line.startswith("pair "):
+            if b % 2:
+                raise PimError(f"a pair phase needs an even block, got {b}: {line!r}")
+            out += [line[5:].format(e=2 * i, o=2 * i + 1, **fmt) for i in range(b // 2)]
+        else:
+            out += [line.format(i=i, j=b + i, i2=2 * b + i, j2=3 * b + i, **fmt)
+                    for i in range(b)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -65,22 +96,44 @@ class StreamKernel:
     body: tuple[str, ...]            # phases; {stream} / {stream_out} stand for pointers
     scalars: tuple[str, ...] = ()    # S0, S1, ... in this order
     doc: str = ""
+    dtype: str = "f32"               # the format of the `narrow` streams
+    narrow: tuple[str, ...] = ()     # streams of 16-bit values, two a lane word
+    acc: int = 0                     # accumulators zeroed (scalar "zero") before the loop and
+                                     # stored after it, one column each, into stream "acc"
+
+    @property
+    def data_streams(self) -> tuple[str, ...]:
+        return self.inputs + tuple(o for o in self.outputs if o not in self.inputs)
 
     @property
     def streams(self) -> tuple[str, ...]:
-        return self.inputs + tuple(o for o in self.outputs if o not in self.inputs)
+        return self.data_streams + (("acc",) if self.acc else ())
+
+    def vpc(self) -> int:
+        """Values a lane word of the loop's columns: 2 when every data stream is 16-bit
+        (scalars then 16-bit too), 1 otherwise (a 16-bit stream moves half the columns of
+        the fp32 ones, and the fp32 ones are in pair_layout)."""
+        return 2 if self.narrow and set(self.narrow) == set(self.data_streams) else 1
+
+    def width(self, stream: str) -> int:
+        return 2 if stream in self.narrow else 1
 
     def pointers(self) -> tuple[tuple[str, str], ...]:
         return _pointer_streams(self.body, self.streams)
 
     def block(self) -> int:
-        regs = 2 if any("{j}" in line for line in self.body) else 1
-        return _block(len(self.body), 2, regs)
+        b = _block(_phases(self.body), 2 + 2 * self.acc, _regs(self.body))
+        if b == 1 and any(line.startswith("pair ") for line in self.body):
+            raise PimError(f"kernel {self.name}: its pair phases need a block of 2 or more")
+        return b
 
     @functools.lru_cache(maxsize=None)
     def program(self) -> Program:
         ptr = {name: f"p{i}" for i, (name, _) in enumerate(self.pointers())}
-        lines = ["top:", *_expand(self.body, self.block(), ptr), "LOOP c0, top", "EXIT"]
+        zero = [f"MOV A{a}, S{self.scalars.index('zero')}" for a in range(self.acc)]
+        store = [f"MOV B[{ptr['acc']}+], A{a}" for a in range(self.acc)]
+        lines = [*zero, "top:", *_expand(self.body, self.block(), ptr), "LOOP c0, top",
+                 *store, "EXIT"]
         return assemble("\n".join(lines))
 
 
@@ -138,6 +191,28 @@ STREAM_KERNELS = {k.name: k for k in [
 ]}
 
 
+# ---- the kernels of an AMP step (pimrt.pim.kernels16): <base>_f16, <base>_bf16 ------------
+
+def _stream16(base: str, dt: str) -> StreamKernel:
+    k = STREAM_KERNELS[base]
+    body, scalars = K16.STREAM16[base]
+    return StreamKernel(f"{base}_{dt}", k.inputs, k.outputs, K16.suffixed(body, dt), scalars,
+                        doc=f"{k.doc}; {dt} values, each op as torch computes {dt}",
+                        dtype=dt, narrow=k.streams)
+
+
+STREAM_KERNELS.update({k.name: k for k in [
+    *[_stream16(base, dt) for base in K16.STREAM16 for dt in K16.DTYPES16],
+    StreamKernel("amp_unscale", ("g",), ("g",), K16.AMP_UNSCALE, ("inv_scale", "zero"), acc=1,
+                 doc="g = g * inv_scale; per lane A0 = sum of g*0: NaN iff the lane saw an "
+                     "inf or NaN g (torch's _amp_foreach_non_finite_check_and_unscale_)"),
+    *[StreamKernel(f"sgd_amp_{dt}", ("w", "g", "v"), ("w", "v", "w16"),
+                   K16.suffixed(K16.SGD_AMP, dt), ("weight_decay", "momentum", "neg_lr"),
+                   doc=f"sgd's update in fp32, and w16 = w rounded to {dt} (RNE)",
+                   dtype=dt, narrow=("w16",)) for dt in K16.DTYPES16],
+]})
+
+
 @dataclass
 class StreamResult:
     outputs: dict[str, np.ndarray]
@@ -147,19 +222,25 @@ class StreamResult:
     extra: dict = field(default_factory=dict)
 
 
-def _f32(a) -> np.ndarray:
+def _stream_values(k, s: str, a) -> np.ndarray:
+    """A stream's input as 1-D values: float32, or uint16 patterns for a 16-bit stream."""
+    if s in k.narrow:
+        return np.ascontiguousarray(bits16(a, k.dtype).ravel())
     return np.ascontiguousarray(np.asarray(a, dtype=np.float32).ravel())
 
 
 def stream_counts(k: StreamKernel, cols: int) -> list[int]:
-    """The loop count (c0) for `cols` columns of every stream: whole blocks."""
+    """The loop count (c0) for `cols` columns (of the loop's streams, k.vpc() values a lane
+    word): whole blocks."""
     return [max(-(-cols // k.block()), 1)]
 
 
 def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
                scalars: dict[str, float] | None = None, max_cycles: int | None = None) -> StreamResult:
-    """Run stream kernel `name` over 1-D arrays (one per input stream) on `backend`: each
-    stream zero-padded to whole blocks, in chunks that fit the bank (one region per stream)."""
+    """Run stream kernel `name` over 1-D arrays (one per input stream; a 16-bit stream as
+    bits16 takes it) on `backend`: each stream zero-padded to whole blocks, in chunks that
+    fit the bank (one region per stream). Outputs: float32, or uint16 patterns for a 16-bit
+    stream; res.acc: (chunks, accumulators, lanes) float32 for a kernel with accumulators."""
     if name not in STREAM_KERNELS:
         raise PimError(f"unknown stream kernel {name!r}; known: {', '.join(STREAM_KERNELS)}")
     k = STREAM_KERNELS[name]
@@ -168,100 +249,120 @@ def run_stream(backend: Backend, name: str, arrays: dict[str, np.ndarray],
                                                           if s not in scalars and s not in CONSTANTS]
     if missing:
         raise PimError(f"kernel {name}: missing {', '.join(missing)}")
-    data = {s: _f32(arrays[s]) for s in k.inputs}
+    data = {s: _stream_values(k, s, arrays[s]) for s in k.inputs}
     n = len(next(iter(data.values())))
     if any(len(v) != n for v in data.values()):
         raise PimError(f"kernel {name}: streams differ in length: "
                        + ", ".join(f"{s}={len(v)}" for s, v in data.items()))
-    L, B = backend.lanes, k.block()
-    streams = k.streams
-    chunk = backend.depth // len(streams) // B * B
-    if chunk < B:
+    L, B, V = backend.lanes, k.block(), k.vpc()
+    per_block = B * L * V                          # values of each stream a block holds
+    cpb = {s: B * V // k.width(s) for s in k.data_streams}   # its columns
+    blocks = max(-(-n // per_block), 1)
+    chunk = (backend.depth - k.acc) // sum(cpb.values())     # blocks a run
+    if chunk < 1:
         raise PimCapacityError(f"kernel {name}: the bank of {backend.depth} columns cannot hold "
-                               f"{len(streams)} streams of {B} columns")
+                               f"{len(k.data_streams)} streams of {B} columns")
+    region, base = {}, 0
+    for s in k.data_streams:
+        region[s], base = base, base + chunk * cpb[s]
+    region["acc"] = base
     program = k.program()
-    scal = np.asarray([scalars.get(s, CONSTANTS.get(s, 0.0)) for s in k.scalars] or [0.0],
-                      np.float32)
-    cols_total = -(-n // L)
-    outs = {s: np.empty(cols_total * L, np.float32) for s in k.outputs}
+    sdt = k.dtype if V == 2 else "f32"
+    scal = np.asarray([scalar_word(scalars.get(s, CONSTANTS.get(s, 0.0)), sdt)
+                       for s in k.scalars] or [0], np.uint32)
+    outs = {s: np.empty(blocks * per_block, np.uint16 if s in k.narrow else np.float32)
+            for s in k.outputs}
+    jobs = list(range(0, blocks, chunk))
+    acc = np.empty((len(jobs), k.acc, L), np.float32)
     res = StreamResult(outs)
-    region = {s: i * chunk for i, s in enumerate(streams)}
     ptrs = [region[s] for _, s in k.pointers()]
+    paired = V == 1 and bool(k.narrow)
 
     def setup(unit: Backend) -> None:
         unit.load_program(program)
         unit.set_scalars(scal)
 
-    def job(c0: int):
+    def job(c, b0: int):
         def run_on(unit: Backend) -> int:
-            cols = min(chunk, cols_total - c0)
-            padded = -(-max(cols, 1) // B) * B
-            for s in streams:
-                if s in data:
-                    seg = data[s][c0 * L:(c0 + cols) * L]
-                    if seg.size != padded * L:       # the last chunk: pad with zeros
-                        buf = np.zeros(padded * L, np.float32)
-                        buf[:seg.size] = seg
-                        seg = buf
-                    unit.write_bank(region[s], seg.view(np.uint32).reshape(padded, L))
+            nb = min(chunk, blocks - b0)
+            v0, v1 = b0 * per_block, (b0 + nb) * per_block
+            for s in k.inputs:
+                seg = data[s][v0:v1]
+                if seg.size != v1 - v0:                  # the last chunk: pad with zeros
+                    seg = np.concatenate([seg, np.zeros(v1 - v0 - seg.size, seg.dtype)])
+                if paired and s not in k.narrow:
+                    seg = pair_layout(seg, L)
+                unit.write_bank(region[s], seg.view(np.uint32).reshape(-1, L))
             unit.set_pointers(ptrs)
-            unit.set_counts(stream_counts(k, cols))
+            unit.set_counts([nb])
             cycles = unit.run(**({"max_cycles": max_cycles} if max_cycles else {}))
             for s in outs:
-                got = unit.read_bank(region[s], cols).view(np.float32).ravel()
-                outs[s][c0 * L:(c0 + cols) * L] = got
+                got = unit.read_bank(region[s], nb * cpb[s]).view(outs[s].dtype).ravel()
+                outs[s][v0:v1] = pair_unlayout(got, L) if paired and s not in k.narrow else got
+            if k.acc:
+                acc[c] = unit.read_bank(region["acc"], k.acc).view(np.float32)
             return cycles
         return run_on
 
-    cycles = backend.run_chunks(setup, [job(c0) for c0 in range(0, max(cols_total, 1), chunk)])
+    cycles = backend.run_chunks(setup, [job(c, b0) for c, b0 in enumerate(jobs)])
     res.cycles, res.chunks = sum(cycles), len(cycles)
     res.elements = n
     for s in outs:
         outs[s] = outs[s][:n]
+    if k.acc:
+        res.extra["acc"] = acc
     backend.record(name, res.cycles, n)
     return res
 
 
 # ---- element-wise wrappers ----------------------------------------------------------------
+# dtype "f32" (float32 arrays) or "f16" / "bf16": 16-bit values in, as bits16 takes them
+# (np.float16; bf16 as uint16 bit patterns), and out as values16 gives them.
 
-def relu_forward(backend: Backend, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _stream(backend: Backend, base: str, dtype: str, arrays: dict, out: str, shape):
+    name = variant(base, dtype)
+    y = run_stream(backend, name, arrays).outputs[out].reshape(shape)
+    return _out(y, dtype)
+
+
+def relu_forward(backend: Backend, x, dtype: str = "f32") -> tuple[np.ndarray, np.ndarray]:
     """-> (y, y > 0 as bool, computed on the host for callers that keep a mask), shaped like x."""
-    y = run_stream(backend, "relu_fwd", {"x": x}).outputs["y"].reshape(np.shape(x))
-    return y, y > 0
+    y = _stream(backend, "relu_fwd", dtype, {"x": x}, "y", np.shape(x))
+    return y, widen(y, dtype) > 0
 
 
-def relu_backward(backend: Backend, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+def relu_backward(backend: Backend, y, dy, dtype: str = "f32") -> np.ndarray:
     """dx from the ReLU output y, as torch's threshold_backward: dx = 0 where y <= 0, else dy
     (a NaN y passes dy)."""
     if np.shape(y) != np.shape(dy):
         raise PimError(f"relu_bwd: y {np.shape(y)} and dy {np.shape(dy)} differ in shape")
-    r = run_stream(backend, "relu_bwd", {"y": y, "dy": dy})
-    return r.outputs["dx"].reshape(np.shape(dy))
+    return _stream(backend, "relu_bwd", dtype, {"y": y, "dy": dy}, "dx", np.shape(dy))
 
 
-def relu6_forward(backend: Backend, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def relu6_forward(backend: Backend, x, dtype: str = "f32") -> tuple[np.ndarray, np.ndarray]:
     """-> (y, 0 < y < 6 as bool: where the backward pass lets the gradient through, computed on
     the host for callers that keep a mask), shaped like x."""
-    y = run_stream(backend, "relu6_fwd", {"x": x}).outputs["y"].reshape(np.shape(x))
-    return y, (y > 0) & (y < 6)
+    y = _stream(backend, "relu6_fwd", dtype, {"x": x}, "y", np.shape(x))
+    w = widen(y, dtype)
+    return y, (w > 0) & (w < 6)
 
 
-def relu6_backward(backend: Backend, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+def relu6_backward(backend: Backend, y, dy, dtype: str = "f32") -> np.ndarray:
     """dx from the ReLU6 output y, as torch's hardtanh_backward(0, 6): dx = 0 where y <= 0 or
     y >= 6, else dy (a NaN y passes dy)."""
     if np.shape(y) != np.shape(dy):
         raise PimError(f"relu6_bwd: y {np.shape(y)} and dy {np.shape(dy)} differ in shape")
-    r = run_stream(backend, "relu6_bwd", {"y": y, "dy": dy})
-    return r.outputs["dx"].reshape(np.shape(dy))
+    return _stream(backend, "relu6_bwd", dtype, {"y": y, "dy": dy}, "dx", np.shape(dy))
 
 
-def copy(backend: Backend, x: np.ndarray) -> np.ndarray:
+def copy(backend: Backend, x, dtype: str = "f32") -> np.ndarray:
     """y = x through the unit's registers: every bit pattern (NaN payloads, -0) as it was."""
-    return run_stream(backend, "copy", {"x": x}).outputs["y"].reshape(np.shape(x))
+    return _stream(backend, "copy", dtype, {"x": x}, "y", np.shape(x))
 
 
-def residual_add(backend: Backend, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return run_stream(backend, "residual_add", {"a": a, "b": b}).outputs["y"].reshape(np.shape(a))
+def residual_add(backend: Backend, a, b, dtype: str = "f32") -> np.ndarray:
+    """y = a + b (in 16 bits: the fp32 sum rounded once, as torch adds Half / BFloat16)."""
+    return _stream(backend, "residual_add", dtype, {"a": a, "b": b}, "y", np.shape(a))
 
 
 def sgd_update(backend: Backend, w, g, v, lr: float, momentum: float = 0.9,
@@ -273,6 +374,30 @@ def sgd_update(backend: Backend, w, g, v, lr: float, momentum: float = 0.9,
                    {"weight_decay": weight_decay, "momentum": momentum, "neg_lr": -lr})
     shape = np.shape(w)
     return r.outputs["w"].reshape(shape), r.outputs["v"].reshape(shape)
+
+
+def amp_unscale(backend: Backend, g, inv_scale: float) -> tuple[np.ndarray, bool]:
+    """The scaler's unscale and inf/NaN check on fp32 gradients, as torch's
+    _amp_foreach_non_finite_check_and_unscale_: g * inv_scale (one fp32 rounding; NaNs the
+    canonical NaN) and found_inf = whether any g was an inf or a NaN (then the step is
+    skipped), from the unit's per-lane NaN flags. -> (g, found_inf)."""
+    r = run_stream(backend, "amp_unscale", {"g": g}, {"inv_scale": inv_scale})
+    return r.outputs["g"].reshape(np.shape(g)), bool(np.isnan(r.extra["acc"]).any())
+
+
+def sgd_amp_update(backend: Backend, w, g, v, lr: float, momentum: float = 0.9,
+                   weight_decay: float = 0.0, dtype: str = "f16"):
+    """sgd_update on the fp32 master weights, and the 16-bit copy of the updated weights
+    (w rounded to dtype, RNE: torch's w.to(dtype), what a CONV reads under autocast).
+    -> (w, v, w16) with w16 as values16 gives it."""
+    name = variant("sgd", dtype)
+    if name == "sgd":
+        raise PimError("sgd_amp_update: dtype must be f16 or bf16 (sgd_update is the fp32 one)")
+    r = run_stream(backend, name, {"w": w, "g": g, "v": v},
+                   {"weight_decay": weight_decay, "momentum": momentum, "neg_lr": -lr})
+    shape = np.shape(w)
+    return (r.outputs["w"].reshape(shape), r.outputs["v"].reshape(shape),
+            values16(r.outputs["w16"].reshape(shape), dtype))
 
 
 # ---- GradSA's sparse exchange and the plain SGD update ------------------------------------
@@ -346,10 +471,19 @@ class ChannelKernel:
     shift: bool = False              # G15 = the channel's first column (per-lane shift)
     piece: int = 0                   # columns per piece at most (0: as many as the bank holds)
     doc: str = ""
+    dtype: str = "f32"               # of the data streams ("par" and "acc" are fp32)
 
     @property
     def streams(self) -> tuple[str, ...]:
         return self.inputs + tuple(o for o in self.outputs if o not in self.inputs)
+
+    @property
+    def narrow(self) -> tuple[str, ...]:
+        return self.streams if self.dtype != "f32" else ()
+
+    def vpc(self) -> int:
+        """Values a lane word of the data streams."""
+        return 2 if self.dtype != "f32" else 1
 
     @property
     def all_streams(self) -> tuple[str, ...]:
@@ -365,8 +499,8 @@ class ChannelKernel:
 
     def block(self) -> int:
         fixed = 2 * self.acc + len(self.params) + self.shift + 3   # zero/store, loads, LOOPs, EXIT
-        regs = 2 if any("{j}" in line for line in self.body) else 1
-        return _block(len(self.body), fixed, regs, isa.N_GRF - len(self.params) - self.shift)
+        return _block(len(self.body), fixed, _regs(self.body),
+                      isa.N_GRF - len(self.params) - self.shift)
 
     @functools.lru_cache(maxsize=None)
     def program(self) -> Program:
@@ -376,7 +510,8 @@ class ChannelKernel:
         lines += [f"MOV A{i}, S0" for i in range(self.acc)]          # S0 = 0.0
         lines += [f"MOV {reg[prm]}, B[{ptr['par']}+]" for prm in self.params]
         if self.shift:
-            lines.append(f"MOV {reg['shift']}, B[{ptr[self.inputs[0]]}]")
+            load = f"CVTLO.{self.dtype}" if self.narrow else "MOV"   # the low value, in fp32
+            lines.append(f"{load} {reg['shift']}, B[{ptr[self.inputs[0]]}]")
         lines.append("col:")
         lines += _expand(self.body, self.block(), {**ptr, **reg})
         lines.append("LOOP c0, col")
@@ -410,6 +545,19 @@ CHANNEL_KERNELS = {k.name: k for k in [
 ]}
 
 
+def _channel16(base: str, dt: str) -> ChannelKernel:
+    """A lane word holds two values: a statistics piece is half the columns, so that a lane
+    still sums at most STATS_PIECE values (the error bound of docs/pim.md holds as is)."""
+    k = CHANNEL_KERNELS[base]
+    return dataclasses.replace(k, name=f"{base}_{dt}", body=K16.suffixed(K16.CHANNEL16[base], dt),
+                               piece=k.piece // 2, dtype=dt,
+                               doc=f"{k.doc}; {dt} data widened to fp32, fp32 sums and constants")
+
+
+CHANNEL_KERNELS.update({f"{b}_{dt}": _channel16(b, dt) for b in K16.CHANNEL16
+                        for dt in K16.DTYPES16})
+
+
 @dataclass
 class ChannelResult:
     outputs: dict[str, np.ndarray]   # (C, n) each
@@ -432,7 +580,7 @@ def channel_layout(backend: Backend, k: ChannelKernel, n: int) -> tuple[int, int
     if room < B:
         raise PimCapacityError(f"kernel {k.name}: the bank of {backend.depth} columns cannot "
                                f"hold {ns} streams of one block ({B} columns)")
-    return channel_pieces(k, max(-(-n // backend.lanes), 1), room)
+    return channel_pieces(k, max(-(-n // (backend.lanes * k.vpc())), 1), room)
 
 
 def channel_pieces(k: ChannelKernel, cols: int, room: int | None = None) -> tuple[int, int]:
@@ -450,22 +598,25 @@ def channel_counts(k: ChannelKernel, columns: int, channels: int) -> list[int]:
 
 
 def _layout_channels(k: ChannelKernel, data: dict, C: int, n: int, pieces: int, P: int, L: int):
-    """Each input (C, n) -> (C * pieces, P * L), channel-major, each piece padded to P
+    """Each input (C, n) -> (C * pieces, P * L * vpc), channel-major, each piece padded to P
     columns: with zeros, or for a shift kernel with each lane's shift (its first value in the
-    piece, 0 for a lane with none), so that padding adds exactly nothing to the sums."""
-    valid = np.zeros((C, pieces * P * L), bool)
+    piece, the low one of a 16-bit word; 0 for a lane with none), so that padding adds
+    exactly nothing to the sums. -> (layouts, shifts as float32, values per lane)."""
+    V = k.vpc()
+    valid = np.zeros((C, pieces * P * L * V), bool)
     valid[:, :n] = True
-    valid = valid.reshape(C, pieces, P, L)
+    valid = valid.reshape(C, pieces, P, L, V)
     lay, shift = {}, None
     for s in k.inputs:
-        buf = np.zeros((C, pieces * P * L), np.float32)
+        buf = np.zeros((C, pieces * P * L * V), data[s].dtype)
         buf[:, :n] = data[s]
-        buf = buf.reshape(C, pieces, P, L)
+        buf = buf.reshape(C, pieces, P, L, V)
         if k.shift and s == k.inputs[0]:
-            shift = np.where(valid[:, :, 0, :], buf[:, :, 0, :], np.float32(0))
-            buf = np.where(valid, buf, shift[:, :, None, :])
-        lay[s] = buf.reshape(C * pieces, P * L)
-    return lay, shift, valid.sum(axis=2)
+            shift = np.where(valid[:, :, 0, :, 0], buf[:, :, 0, :, 0], buf.dtype.type(0))
+            buf = np.where(valid, buf, shift[:, :, None, :, None])
+            shift = widen(shift, k.dtype)
+        lay[s] = buf.reshape(C * pieces, P * L * V)
+    return lay, shift, valid.sum(axis=(2, 4))
 
 
 def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
@@ -480,7 +631,8 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
     missing = [s for s in k.inputs if s not in arrays] + [p for p in k.params if p not in params]
     if missing:
         raise PimError(f"kernel {name}: missing {', '.join(missing)}")
-    data = {s: np.asarray(arrays[s], np.float32) for s in k.inputs}
+    data = {s: bits16(arrays[s], k.dtype) if k.narrow else np.asarray(arrays[s], np.float32)
+            for s in k.inputs}
     shapes = {s: v.shape for s, v in data.items()}
     if any(len(v) != 2 for v in shapes.values()) or len(set(shapes.values())) != 1:
         raise PimError(f"kernel {name}: streams must be equal (channels, values) arrays, got "
@@ -500,7 +652,9 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
     if npar:
         par = np.repeat(np.stack([prm[p] for p in k.params], axis=1), pieces, axis=0)  # (rows, npar)
         par = np.repeat(par[:, :, None], L, axis=2).reshape(rows, npar, L)
-    outs = {s: np.empty((rows, P * L), np.float32) for s in k.outputs}
+    V = k.vpc()
+    outs = {s: np.empty((rows, P * L * V), np.uint16 if k.narrow else np.float32)
+            for s in k.outputs}
     acc = np.empty((rows, k.acc, L), np.float32) if k.acc else None
     program = k.program()
     per_run = backend.depth // per_piece
@@ -531,7 +685,7 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
             for i, s in enumerate(k.streams):
                 if s in outs:
                     outs[s][r0:r0 + m] = unit.read_bank(bases[i], m * P).view(
-                        np.float32).reshape(m, P * L)
+                        outs[s].dtype).reshape(m, P * L * V)
             if k.acc:
                 acc[r0:r0 + m] = unit.read_bank(acc_base, m * k.acc).view(
                     np.float32).reshape(m, k.acc, L)
@@ -540,15 +694,24 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
 
     cycles = backend.run_chunks(setup, [job(r0) for r0 in range(0, rows, per_run)])
     res.cycles, res.runs = sum(cycles), len(cycles)
-    res.outputs = {s: v.reshape(C, pieces * P * L)[:, :n] for s, v in outs.items()}
+    res.outputs = {s: v.reshape(C, pieces * P * L * V)[:, :n] for s, v in outs.items()}
     if k.acc:
         res.acc = acc.reshape(C, pieces, k.acc, L)
     backend.record(name, res.cycles, C * n)
     return res
 
 
-def _channels(x: np.ndarray, **per_channel):
-    x = np.asarray(x, np.float32)
+def _as(x, dtype: str) -> np.ndarray:
+    """Values of `dtype` as the kernels take them: float32, or uint16 patterns (bits16)."""
+    return np.asarray(x, np.float32) if dtype == "f32" else bits16(x, dtype)
+
+
+def _out(y, dtype: str) -> np.ndarray:
+    return y if dtype == "f32" else values16(y, dtype)
+
+
+def _channels(x: np.ndarray, dtype: str = "f32", **per_channel):
+    x = _as(x, dtype)
     if x.ndim < 2:
         raise PimError(f"batch norm wants (N, C, ...) input, got shape {x.shape}")
     for what, v in per_channel.items():
@@ -560,7 +723,7 @@ def _channels(x: np.ndarray, **per_channel):
 
 def _by_channel(x: np.ndarray) -> np.ndarray:
     """(N, C, ...) -> (C, N * ...), each channel's values in the order x[:, c].ravel()."""
-    x = np.asarray(x, np.float32)
+    x = np.asarray(x)
     return np.ascontiguousarray(np.moveaxis(x, 1, 0)).reshape(x.shape[1], -1)
 
 
@@ -591,7 +754,7 @@ def _combine(m: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[np.ndarra
 
 
 def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5,
-                            slices: int = 1):
+                            slices: int = 1, dtype: str = "f32"):
     """Training-mode batch norm over (N, C, ...), all channels in a few runs: -> (y, mean,
     invstd). Two passes over x. Statistics (bn_stats_ch): each lane subtracts its own first
     value K of the channel and sums x - K and (x - K)^2 in fp32, which keeps the sums of
@@ -602,8 +765,12 @@ def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5,
 
     slices: the statistics are taken per batch slice (N / slices samples each) and combined
     the same way, so that a slice's statistics can run as soon as the host has written it
-    (the forward pass by batch slices, pimrt.runtime.schedule)."""
-    x, C = _channels(x, gamma=gamma, beta=beta)
+    (the forward pass by batch slices, pimrt.runtime.schedule).
+
+    dtype "f16" / "bf16": x and y in 16 bits (bits16's forms; y as values16), widened to fp32
+    in the unit, mean, invstd, gamma, beta in fp32, y rounded once to 16 bits (RNE): torch's
+    CPU batch norm of a 16-bit input with fp32 weight."""
+    x, C = _channels(x, dtype, gamma=gamma, beta=beta)
     N = x.shape[0]
     if slices < 1 or N % slices:
         raise PimError(f"batch norm: {slices} slices do not divide the batch of {N}")
@@ -613,41 +780,44 @@ def batchnorm_forward_2pass(backend: Backend, x, gamma, beta, eps: float = 1e-5,
     groups = []
     for b in range(slices):
         xc = _by_channel(x[b * N // slices:(b + 1) * N // slices])
-        groups.append(_shifted_moments(run_channels(backend, "bn_stats_ch", {"x": xc})))
+        groups.append(_shifted_moments(run_channels(backend, variant("bn_stats_ch", dtype),
+                                                    {"x": xc})))
     m, mu, m2 = (np.concatenate(g, axis=1) for g in zip(*groups))
     mean, m2 = _combine(m, mu, m2)
     var = np.maximum(m2 / m.sum(axis=1), 0.0)
     inv = 1.0 / np.sqrt(var + eps)
     m32 = mean.astype(np.float32)
     g64 = np.asarray(gamma, np.float32).astype(np.float64).reshape(C)
-    r = run_channels(backend, "bn_apply_ch", {"x": _by_channel(x)},
+    r = run_channels(backend, variant("bn_apply_ch", dtype), {"x": _by_channel(x)},
                      {"mean": m32, "mean_lo": mean - m32.astype(np.float64), "scale": g64 * inv,
                       "shift": np.asarray(beta, np.float32)})
-    return _from_channels(r.outputs["y"], x.shape), m32, inv.astype(np.float32)
+    return _out(_from_channels(r.outputs["y"], x.shape), dtype), m32, inv.astype(np.float32)
 
 
-def batchnorm_backward_channels(backend: Backend, x, dy, gamma, mean, invstd):
+def batchnorm_backward_channels(backend: Backend, x, dy, gamma, mean, invstd,
+                                dtype: str = "f32"):
     """Training-mode batch norm backward, all channels in a few runs: -> (dx, dgamma, dbeta).
     Sums of dy and (x - mean)*dy in the unit (bn_bwd_stats_ch, per lane), lanes and pieces
     added in float64; then dx = k*dy + c1*(x - mean) + c0 (bn_bwd_apply_ch) with
     k = gamma*invstd, dgamma = invstd*sum((x - mean)*dy), c1 = -k*invstd*dgamma/n,
-    c0 = -k*sum(dy)/n."""
-    x, C = _channels(x, gamma=gamma, mean=mean, invstd=invstd)
-    dy = np.asarray(dy, np.float32)
+    c0 = -k*sum(dy)/n. dtype "f16" / "bf16": x, dy and dx in 16 bits, the rest fp32, as
+    batchnorm_forward_2pass."""
+    x, C = _channels(x, dtype, gamma=gamma, mean=mean, invstd=invstd)
+    dy = _as(dy, dtype)
     if dy.shape != x.shape:
         raise PimError(f"batch norm backward: dy {dy.shape} and x {x.shape} differ in shape")
     xc, dyc = _by_channel(x), _by_channel(dy)
     n = xc.shape[1]
     mean32 = np.asarray(mean, np.float32).reshape(C)
     inv64 = np.asarray(invstd, np.float32).astype(np.float64).reshape(C)
-    s = run_channels(backend, "bn_bwd_stats_ch", {"x": xc, "dy": dyc},
+    s = run_channels(backend, variant("bn_bwd_stats_ch", dtype), {"x": xc, "dy": dyc},
                      {"mean": mean32}).acc.astype(np.float64).sum(axis=(1, 3))   # (C, 2)
     dgamma, dbeta = inv64 * s[:, 1], s[:, 0]
     k = np.asarray(gamma, np.float32).astype(np.float64).reshape(C) * inv64
-    r = run_channels(backend, "bn_bwd_apply_ch", {"x": xc, "dy": dyc},
+    r = run_channels(backend, variant("bn_bwd_apply_ch", dtype), {"x": xc, "dy": dyc},
                      {"mean": mean32, "c1": -k * inv64 * dgamma / n, "c0": -k * dbeta / n,
                       "k": k})
-    dx = _from_channels(r.outputs["dx"], x.shape)
+    dx = _out(_from_channels(r.outputs["dx"], x.shape), dtype)
     return dx, dgamma.astype(np.float32), dbeta.astype(np.float32)
 
 
@@ -657,7 +827,7 @@ batchnorm_backward = batchnorm_backward_channels     # of old: the same computat
 
 # ---- pooling (2x2, stride 2, channels-last) -----------------------------------------------
 
-POOL_KERNELS = ("avgpool2_fwd", "avgpool2_bwd", "maxpool2_fwd")
+POOL_BASES = ("avgpool2_fwd", "avgpool2_bwd", "maxpool2_fwd")
 HOST_KERNELS = {
     "maxpool2_bwd": "routes dy to the first maximum of each window (torch's tie rule); that "
                     "needs a running 'taken' mask per window and 4 input, 4 output, y and dy "
@@ -667,23 +837,44 @@ HOST_KERNELS = {
 }
 
 
+# S0 = 1/4, S1 = +0: an average (or its gradient) of -0 is +0, as torch's NCHW kernels give
+# (they add into zeroed outputs): (x*0.25) + 0 is x*0.25 but for -0
 POOL_BODIES = {
     "avgpool2_fwd": ("MOV G{i}, B[p0+]", "ADD G{i}, G{i}, B[p1+]", "ADD G{i}, G{i}, B[p2+]",
-                     "ADD G{i}, G{i}, B[p3+]", "MUL B[p4+], G{i}, S0"),
+                     "ADD G{i}, G{i}, B[p3+]", "MAD B[p4+], G{i}, S0, S1"),
     "maxpool2_fwd": ("MOV G{i}, B[p0+]", "MAX G{i}, G{i}, B[p1+]", "MAX G{i}, G{i}, B[p2+]",
                      "MAX G{i}, G{i}, B[p3+]", "MOV B[p4+], G{i}"),
-    "avgpool2_bwd": ("MUL G{i}, B[p4+], S0", "MOV B[p0+], G{i}", "MOV B[p1+], G{i}",
+    "avgpool2_bwd": ("MAD G{i}, B[p4+], S0, S1", "MOV B[p0+], G{i}", "MOV B[p1+], G{i}",
                      "MOV B[p2+], G{i}", "MOV B[p3+], G{i}"),
 }
 POOL_STREAMS = {"avgpool2_fwd": ("x", "y"), "maxpool2_fwd": ("x", "y"),
                 "avgpool2_bwd": ("dy", "dx")}
+POOL_DTYPE = {name: "f32" for name in POOL_BASES}     # the format of the pooled data
+for _b in POOL_BASES:
+    for _dt in K16.DTYPES16:
+        POOL_BODIES[f"{_b}_{_dt}"] = K16.suffixed(K16.POOL16[_b], _dt)
+        POOL_STREAMS[f"{_b}_{_dt}"] = POOL_STREAMS[_b]
+        POOL_DTYPE[f"{_b}_{_dt}"] = _dt
+POOL_KERNELS = tuple(POOL_BODIES)
+
+
+def pool_vpc(name: str) -> int:
+    """Values a lane word of a pooling kernel's data."""
+    return 1 if POOL_DTYPE[name] == "f32" else 2
+
+
+def pool_scalars(name: str) -> np.ndarray:
+    """S0 = 1/4 and S1 = +0: in fp32, or for a 16-bit op (avgpool2_bwd's MAD) in 16 bits."""
+    dt = "f32" if name.startswith("avgpool2_fwd") else POOL_DTYPE[name]
+    return np.asarray([scalar_word(0.25, dt), scalar_word(0.0, dt)], np.uint32)
 
 
 def pool_block(name: str, cb: int) -> int:
     """Lane columns of a pixel each window pointer moves per visit: the largest divisor of
-    cb (columns per pixel) whose phases fit the CRF beside the loops."""
+    cb (columns per pixel) whose phases fit the CRF beside the loops and whose registers fit
+    the GRF."""
     body = POOL_BODIES[name]
-    bmax = max(1, min(BLOCK_MAX, (isa.CRF_DEPTH - 6) // len(body)))
+    bmax = max(1, min(BLOCK_MAX, (isa.CRF_DEPTH - 6) // len(body), isa.N_GRF // _regs(body)))
     return max(b for b in range(1, bmax + 1) if cb % b == 0)
 
 
@@ -710,12 +901,12 @@ def pool_pointers(W: int, cb: int, big: int, small: int) -> list[int]:
     return [big, big + cb, big + W * cb, big + W * cb + cb, small]
 
 
-def _to_nhwc(x: np.ndarray, L: int) -> tuple[np.ndarray, int]:
+def _to_nhwc(x: np.ndarray, per_col: int) -> np.ndarray:
+    """NCHW -> NHWC with C padded to whole columns of per_col values."""
     N, C, H, W = x.shape
-    cp = -(-C // L) * L
-    out = np.zeros((N, H, W, cp), np.float32)
+    out = np.zeros((N, H, W, -(-C // per_col) * per_col), x.dtype)
     out[..., :C] = x.transpose(0, 2, 3, 1)
-    return out, cp // L
+    return out
 
 
 def _pool(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W: int, C: int):
@@ -723,8 +914,8 @@ def _pool(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W: int, 
     channel by channel, so an image whose channels do not fit the bank at once is pooled in
     blocks of channels (whole lane columns), each block's images as one channels-last
     image: the same bits."""
-    L = backend.lanes
-    cb = -(-C // L)
+    per_col = backend.lanes * pool_vpc(name)
+    cb = -(-C // per_col)
     pixels = H * W + (H // 2) * (W // 2)
     fit = backend.depth // pixels            # lane columns of one image that fit the bank
     if fit < 1:
@@ -735,39 +926,41 @@ def _pool(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W: int, 
     outs = []
     for b0 in range(0, cb, fit):
         b1 = min(cb, b0 + fit)
-        block = np.ascontiguousarray(src[..., b0 * L:b1 * L])
-        outs.append(_pool_block(backend, name, block, N, H, W, min(C, b1 * L) - b0 * L))
+        block = np.ascontiguousarray(src[..., b0 * per_col:b1 * per_col])
+        outs.append(_pool_block(backend, name, block, N, H, W,
+                                min(C, b1 * per_col) - b0 * per_col))
     return np.concatenate(outs, axis=-1)
 
 
 def _pool_block(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W: int, C: int):
     L = backend.lanes
-    cb = -(-C // L)
+    per_col = L * pool_vpc(name)
+    cb = -(-C // per_col)
     Ho, Wo = H // 2, W // 2
     big, small = H * W * cb, Ho * Wo * cb
     per_image = big + small
     if W * cb > 0x7FFF:
         raise PimCapacityError(f"{name}: row stride {W * cb} columns does not fit ADDP's step")
     program = pool_program(name, W, cb)
-    fwd = name.endswith("fwd")
-    out = np.zeros((N, Ho, Wo, cb * L) if fwd else (N, H, W, cb * L), np.float32)
+    fwd = name.startswith(("avgpool2_fwd", "maxpool2_fwd"))
+    out = np.zeros((N, Ho, Wo, cb * per_col) if fwd else (N, H, W, cb * per_col), src.dtype)
     per_chunk = backend.depth // per_image
 
     def setup(unit: Backend) -> None:
         unit.load_program(program)
-        unit.set_scalars(np.asarray([0.25], np.float32))
+        unit.set_scalars(pool_scalars(name))
 
     def job(n0: int):
         def run_on(unit: Backend) -> int:
             nb = min(per_chunk, N - n0)
             big_base, small_base = 0, nb * big
-            data = src[n0:n0 + nb].reshape(-1, L).view(np.uint32)
+            data = np.ascontiguousarray(src[n0:n0 + nb]).reshape(-1, per_col).view(np.uint32)
             unit.write_bank(big_base if fwd else small_base, data)
             unit.set_pointers(pool_pointers(W, cb, big_base, small_base))
             unit.set_counts(pool_counts(name, nb, H, W, cb))
             cycles = unit.run()
             got = unit.read_bank(small_base if fwd else big_base, nb * (small if fwd else big))
-            out[n0:n0 + nb] = got.view(np.float32).reshape(out[n0:n0 + nb].shape)
+            out[n0:n0 + nb] = got.view(src.dtype).reshape(out[n0:n0 + nb].shape)
             return cycles
         return run_on
 
@@ -777,8 +970,8 @@ def _pool_block(backend: Backend, name: str, src: np.ndarray, N: int, H: int, W:
     return out
 
 
-def _pool_input(x, what: str):
-    x = np.asarray(x, np.float32)
+def _pool_input(x, what: str, dtype: str = "f32"):
+    x = _as(x, dtype)
     if x.ndim != 4:
         raise PimError(f"{what} wants NCHW input, got shape {x.shape}")
     N, C, H, W = x.shape
@@ -787,39 +980,43 @@ def _pool_input(x, what: str):
     return x[:, :, :H // 2 * 2, :W // 2 * 2], N, C, H // 2 * 2, W // 2 * 2
 
 
-def avgpool2_forward(backend: Backend, x) -> np.ndarray:
-    """F.avg_pool2d(x, 2): NCHW in, NCHW out (an odd last row/column is dropped)."""
-    x, N, C, H, W = _pool_input(x, "avgpool2")
-    src, _ = _to_nhwc(x, backend.lanes)
-    out = _pool(backend, "avgpool2_fwd", src, N, H, W, C)
-    return out[..., :C].transpose(0, 3, 1, 2).copy()
+def _pool_forward(backend: Backend, base: str, x, dtype: str) -> np.ndarray:
+    x, N, C, H, W = _pool_input(x, base.split("_")[0], dtype)
+    name = variant(base, dtype)
+    src = _to_nhwc(x, backend.lanes * pool_vpc(name))
+    out = _pool(backend, name, src, N, H, W, C)
+    return _out(out[..., :C].transpose(0, 3, 1, 2).copy(), dtype)
 
 
-def maxpool2_forward(backend: Backend, x) -> np.ndarray:
+def avgpool2_forward(backend: Backend, x, dtype: str = "f32") -> np.ndarray:
+    """F.avg_pool2d(x, 2): NCHW in, NCHW out (an odd last row/column is dropped). In 16 bits
+    (x as bits16 takes it) the window is summed in fp32 and rounded once, as torch does."""
+    return _pool_forward(backend, "avgpool2_fwd", x, dtype)
+
+
+def maxpool2_forward(backend: Backend, x, dtype: str = "f32") -> np.ndarray:
     """F.max_pool2d(x, 2) values (NaN wins; on a tie, +0 and -0 included, the first of the
     window in row-major order, as torch)."""
-    x, N, C, H, W = _pool_input(x, "maxpool2")
-    src, _ = _to_nhwc(x, backend.lanes)
-    out = _pool(backend, "maxpool2_fwd", src, N, H, W, C)
-    return out[..., :C].transpose(0, 3, 1, 2).copy()
+    return _pool_forward(backend, "maxpool2_fwd", x, dtype)
 
 
-def avgpool2_backward(backend: Backend, dy, input_shape) -> np.ndarray:
+def avgpool2_backward(backend: Backend, dy, input_shape, dtype: str = "f32") -> np.ndarray:
     """Gradient of F.avg_pool2d(x, 2) for an input of input_shape (NCHW)."""
     if len(input_shape) != 4:
         raise PimError(f"avgpool2 backward wants an NCHW input shape, got {tuple(input_shape)}")
     N, C, H, W = input_shape
-    dy = np.asarray(dy, np.float32)
+    dy = _as(dy, dtype)
     _pool_input(np.empty((N, C, H, W), np.float32), "avgpool2 backward")
     if dy.shape != (N, C, H // 2, W // 2):
         raise PimError(f"avgpool2 backward: dy of shape {dy.shape} does not match the input "
                        f"{tuple(input_shape)} (want {(N, C, H // 2, W // 2)})")
-    src, _ = _to_nhwc(dy, backend.lanes)
+    name = variant("avgpool2_bwd", dtype)
+    src = _to_nhwc(dy, backend.lanes * pool_vpc(name))
     He, We = H // 2 * 2, W // 2 * 2
-    out = _pool(backend, "avgpool2_bwd", src, N, He, We, C)
-    dx = np.zeros((N, C, H, W), np.float32)
+    out = _pool(backend, name, src, N, He, We, C)
+    dx = np.zeros((N, C, H, W), dy.dtype)
     dx[:, :, :He, :We] = out[..., :C].transpose(0, 3, 1, 2)
-    return dx
+    return _out(dx, dtype)
 
 
 def maxpool2_backward_host(x, dy) -> np.ndarray:
@@ -840,3 +1037,63 @@ def maxpool2_backward_host(x, dy) -> np.ndarray:
 
 
 KERNELS = tuple(STREAM_KERNELS) + tuple(CHANNEL_KERNELS) + POOL_KERNELS
+
+
+# ---- kernels by dtype (an AMP step's kernels) ----------------------------------------------
+
+F32_ONLY = ("sgd_apply", "gradsa_fold", "gradsa_select", "amp_unscale")   # fp32 under AMP too
+VARIANTS = {base: {"f32": base, **{dt: f"{base}_{dt}" for dt in K16.DTYPES16}}
+            for base in (*K16.STREAM16, *K16.CHANNEL16, *POOL_BASES)}
+VARIANTS["sgd"] = {"f32": "sgd", **{dt: f"sgd_amp_{dt}" for dt in K16.DTYPES16}}
+
+
+def variant(base: str, dtype: str) -> str:
+    """The kernel that does `base`'s work on `dtype` activations ("f32", "f16", "bf16"):
+    base itself for f32; `<base>_<dtype>` (sgd: sgd_amp_<dtype>, which also writes the
+    16-bit copy of the weights). A base with no such variant is a PimError."""
+    if base not in KERNELS:
+        raise PimError(f"unknown PIM kernel {base!r}; known: {', '.join(KERNELS)}")
+    if dtype not in ("f32", *K16.DTYPES16):
+        raise PimError(f"kernel {base}: unknown dtype {dtype!r} (f32, f16, bf16)")
+    if dtype == "f32":
+        return base
+    if base not in VARIANTS:
+        why = " (it stays fp32 under AMP)" if base in F32_ONLY else ""
+        raise PimError(f"kernel {base} has no {dtype} variant{why}; with variants: "
+                       f"{', '.join(VARIANTS)}")
+    return VARIANTS[base][dtype]
+
+
+def stream_dtypes(name: str) -> dict[str, str]:
+    """Each stream of kernel `name` (pimrt.pim.access.kernel_streams' names) -> "f32",
+    "f16" or "bf16": a 16-bit stream holds two values a lane word (half the columns)."""
+    if name in STREAM_KERNELS:
+        k = STREAM_KERNELS[name]
+        return {s: k.dtype if s in k.narrow else "f32" for s in k.streams}
+    if name in CHANNEL_KERNELS:
+        k = CHANNEL_KERNELS[name]
+        return {s: k.dtype if s in k.narrow else "f32" for s in k.all_streams}
+    if name in POOL_KERNELS:
+        return {s: POOL_DTYPE[name] for s in POOL_STREAMS[name]}
+    raise PimError(f"unknown PIM kernel {name!r}; known: {', '.join(KERNELS)}")
+
+
+def values_per_word(name: str) -> int:
+    """Values a lane word of the columns a kernel's loop counts (its work's `elements` are
+    values): 2 for a kernel whose data are all 16-bit, 1 otherwise."""
+    if name in STREAM_KERNELS:
+        return STREAM_KERNELS[name].vpc()
+    if name in CHANNEL_KERNELS:
+        return CHANNEL_KERNELS[name].vpc()
+    return pool_vpc(name)
+
+
+def base_of(name: str) -> tuple[str, str]:
+    """variant's inverse: kernel name -> (base, dtype)."""
+    for base, per in VARIANTS.items():
+        for dt, n in per.items():
+            if n == name:
+                return base, dt
+    if name in KERNELS:
+        return name, "f32"
+    raise PimError(f"unknown PIM kernel {name!r}; known: {', '.join(KERNELS)}")
