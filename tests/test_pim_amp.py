@@ -256,6 +256,30 @@ def test_amp_unscale_flags_the_last_value_of_a_chunk_and_none_else(g):
         assert K.amp_unscale(g, grad2, 0.5)[1] is True
 
 
+@pytest.mark.parametrize("dt", DTYPES)
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_amp_unscale16_equals_torchs_cast_then_unscale(g, dt, data):
+    """A CONV's 16-bit weight gradient: torch casts it to the fp32 parameter's gradient
+    (autograd's copy back, exact) and unscales that; the unit widens and unscales in one pass:
+    the values and the flag bit for bit, every 16-bit edge (subnormals, infs, NaNs, -0)."""
+    n = data.draw(st.integers(1, 1200))
+    pats = np.asarray(data.draw(st.lists(st.integers(0, 0xFFFF), min_size=n, max_size=n)),
+                      np.uint16)
+    if data.draw(st.booleans()):            # mostly finite, as a real gradient
+        pats &= np.uint16(0xBBFF)
+    inv = data.draw(st.sampled_from([1.0, 2.0 ** -16, 1 / 3, 2.0 ** 10]))
+    t16 = torch.from_numpy(pats.view(np.int16)).view(TORCH[dt])
+    got, found = K.amp_unscale16(g, pats.view(np.float16) if dt == "f16" else pats, inv, dt)
+    gt, flag = t16.float(), torch.zeros(1)
+    torch._amp_foreach_non_finite_check_and_unscale_([gt], flag, torch.tensor(inv))
+    assert found == bool(flag.item())
+    want = gt.numpy()
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all()
+    assert (got.view(np.uint32)[~nan] == want.view(np.uint32)[~nan]).all()
+
+
 def test_unscale_then_fold_equals_torch(g):
     """GradSA's fold stays fp32: the unscaled gradient folded equals torch's unscale then
     fold (g' = g + w*wd; u = u*m + g'; v = v + u) on the same bits."""
@@ -311,8 +335,8 @@ def test_variant_and_stream_dtypes():
         assert tuple(K.stream_dtypes(name)) == A.kernel_streams(name)
     with pytest.raises(PimError, match="kernel gradsa_fold has no bf16 variant"):
         K.variant("gradsa_fold", "bf16")
-    with pytest.raises(PimError, match="kernel amp_unscale has no f16 variant"):
-        K.variant("amp_unscale", "f16")
+    assert K.variant("amp_unscale", "f16") == "amp_unscale_f16"
+    assert K.stream_dtypes("amp_unscale_bf16") == {"g16": "bf16", "g": "f32", "acc": "f32"}
     with pytest.raises(PimError, match="unknown dtype 'f8'"):
         K.variant("relu_fwd", "f8")
     with pytest.raises(PimError, match="unknown PIM kernel 'conv'"):

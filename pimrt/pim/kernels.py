@@ -206,6 +206,10 @@ STREAM_KERNELS.update({k.name: k for k in [
     StreamKernel("amp_unscale", ("g",), ("g",), K16.AMP_UNSCALE, ("inv_scale", "zero"), acc=1,
                  doc="g = g * inv_scale; per lane A0 = sum of g*0: NaN iff the lane saw an "
                      "inf or NaN g (torch's _amp_foreach_non_finite_check_and_unscale_)"),
+    *[StreamKernel(f"amp_unscale_{dt}", ("g16",), ("g",), K16.suffixed(K16.AMP_UNSCALE16, dt),
+                   ("inv_scale", "zero"), acc=1, dtype=dt, narrow=("g16",),
+                   doc=f"g = fp32(g16) * inv_scale from a {dt} weight gradient, with "
+                       f"amp_unscale's inf/NaN flag") for dt in K16.DTYPES16],
     *[StreamKernel(f"sgd_amp_{dt}", ("w", "g", "v"), ("w", "v", "w16"),
                    K16.suffixed(K16.SGD_AMP, dt), ("weight_decay", "momentum", "neg_lr"),
                    doc=f"sgd's update in fp32, and w16 = w rounded to {dt} (RNE)",
@@ -383,6 +387,15 @@ def amp_unscale(backend: Backend, g, inv_scale: float) -> tuple[np.ndarray, bool
     skipped), from the unit's per-lane NaN flags. -> (g, found_inf)."""
     r = run_stream(backend, "amp_unscale", {"g": g}, {"inv_scale": inv_scale})
     return r.outputs["g"].reshape(np.shape(g)), bool(np.isnan(r.extra["acc"]).any())
+
+
+def amp_unscale16(backend: Backend, g16, inv_scale: float, dtype: str = "f16"):
+    """A CONV's 16-bit weight gradient (values as bits16 takes them) widened to fp32 (exact,
+    torch's cast back to the fp32 parameter's gradient) and unscaled as amp_unscale.
+    -> (g fp32, found_inf)."""
+    r = run_stream(backend, variant("amp_unscale", dtype), {"g16": g16},
+                   {"inv_scale": inv_scale})
+    return r.outputs["g"].reshape(np.shape(g16)), bool(np.isnan(r.extra["acc"]).any())
 
 
 def sgd_amp_update(backend: Backend, w, g, v, lr: float, momentum: float = 0.9,
@@ -1041,10 +1054,13 @@ KERNELS = tuple(STREAM_KERNELS) + tuple(CHANNEL_KERNELS) + POOL_KERNELS
 
 # ---- kernels by dtype (an AMP step's kernels) ----------------------------------------------
 
-F32_ONLY = ("sgd_apply", "gradsa_fold", "gradsa_select", "amp_unscale")   # fp32 under AMP too
+F32_ONLY = ("sgd_apply", "gradsa_fold", "gradsa_select")   # fp32 under AMP too
 VARIANTS = {base: {"f32": base, **{dt: f"{base}_{dt}" for dt in K16.DTYPES16}}
             for base in (*K16.STREAM16, *K16.CHANNEL16, *POOL_BASES)}
 VARIANTS["sgd"] = {"f32": "sgd", **{dt: f"sgd_amp_{dt}" for dt in K16.DTYPES16}}
+# a CONV's gradient: its 16-bit weight gradient widened, unscaled and checked
+VARIANTS["amp_unscale"] = {"f32": "amp_unscale",
+                           **{dt: f"amp_unscale_{dt}" for dt in K16.DTYPES16}}
 
 
 def variant(base: str, dtype: str) -> str:

@@ -34,6 +34,11 @@ SGD_AMP = ("MOV G{i}, B[{w}+]", "MAD G{j}, G{i}, S0, B[{g}+]", "MAD G{j}, B[{v}+
 # the scaler's unscale: g = g * inv_scale; A0 = A0 + g*0 is NaN in a lane that saw an inf or
 # a NaN (an fp32 g*0 is +-0 exactly when g is finite)
 AMP_UNSCALE = ("MOV G{i}, B[{g}+]", "MAD A0, G{i}, S1, A0", "MUL B[{g_out}+], G{i}, S0")
+# a CONV's 16-bit weight gradient (g16, as the CONV writes it) made its fp32 gradient g (the
+# cast autograd's copy back does, exact) and unscaled as above: each 16-bit column widened
+# into the pair of fp32 columns it packs (the weights' pair layout, as sgd_amp writes w16)
+AMP_UNSCALE16 = ("pair MOV G{o}, B[{g16}+]", "pair CVTLO{dt} G{e}, G{o}", "pair CVTHI{dt} G{o}, G{o}",
+                 "MAD A0, G{i}, S1, A0", "MUL B[{g}+], G{i}, S0")
 
 
 def _widen(reg_raw: str, lo: str, hi: str, src: str) -> tuple[str, ...]:
