@@ -97,10 +97,11 @@ def pim_kernels(task: Task, ctx) -> list:
     dt = lane_dtype(layer.dtype)
     copy = weight_copy(ctx.graph, layer)
     if key == ("unscale", "update"):
-        return [(variant("amp_unscale", dt), {"g16": "pgrad16", "g": "pgrad"})] if copy \
-            else [("amp_unscale", {"g": "pgrad"})]
+        # (the flags, a column a run: "acc", beside the gradient as batch norm's sums are)
+        return [(variant("amp_unscale", dt), {"g16": "pgrad16", "g": "pgrad", "acc": "pgrad"})] \
+            if copy else [("amp_unscale", {"g": "pgrad", "acc": "pgrad"})]
     if key == ("update", "update") and copy:
-        return [(variant("sgd_amp", dt), {"w": "param", "g": "pgrad", "v": "momentum",
+        return [(variant("sgd", dt), {"w": "param", "g": "pgrad", "v": "momentum",
                                           "w16": "param16"})]
     base = KERNELS.get(key)
     if base is None:
