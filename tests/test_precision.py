@@ -68,8 +68,8 @@ def test_activation_bytes_halved_parameters_kept():
     assert f16.nodes[0].kind == "input"
 
 
-def _records(graph, policy="serial"):
-    """Requests of each host task of the step, by (layer, kind, phase, side)."""
+def _records(graph, policy="serial", side="host"):
+    """Requests of each task of the step on `side`, by (layer, kind, phase, side)."""
     from pimrt.memctl import load_part
     from pimrt.runtime.placement import place_step
     from pimrt.runtime.timing import gpu_only_schedule
@@ -81,7 +81,7 @@ def _records(graph, policy="serial"):
     ctx = context(graph, part, place_step(graph, part), "v100", "serial")
     out = {}
     for t in sched.tasks:
-        if t.side != "host":
+        if t.side != side:
             continue
         r = task_records(t, ctx)
         out[(t.layer, t.kind, t.phase, t.side)] = int(np.isin(r["op"], (READ, WRITE)).sum())
@@ -119,6 +119,26 @@ def test_conv_streams_halved():
             assert f16[key] <= 0.5 * f32[key] + 64, key
         else:
             assert f16[key] < 0.75 * f32[key], key
+
+
+def test_pim_streams_halved_and_the_update_reads_fp32():
+    """The PIM's 16-bit kernels move half the DRAM columns of the fp32 ones for ReLU, add
+    and their backward; the update moves the fp32 master weights, gradient and momentum and
+    writes the 16-bit copy besides (5 fp32 streams + one half: 5.5/5 of fp32's, apart from
+    padding)."""
+    f32 = _records(session.captured("resnet18", 4, 32), side="pim")
+    f16 = _records(session.captured("resnet18", 4, 32, precision="amp-fp16"), side="pim")
+    halved = [k for k in f32 if k[1] in ("relu", "add") and f32[k] >= 512]   # (small ones:
+    # padded to whole blocks of columns in every bank)
+    assert len(halved) > 10
+    for key in halved:
+        assert abs(2 * f16[key] - f32[key]) <= 0.02 * f32[key] + 64, key
+    conv_updates = [k for k in f32 if k[1] == "update" and k[0].startswith("layer")
+                    and "conv" in k[0] and f32[k] >= 512]
+    assert conv_updates
+    for key in conv_updates:
+        # (sgd_amp's blocks are 4 columns, sgd's 6: a bank's share pads differently)
+        assert 1.05 * f32[key] <= f16[key] <= 1.25 * f32[key], key
 
 
 def test_amp_fp16_updates_after_every_check():
