@@ -24,6 +24,7 @@ from torch import nn
 
 from pimrt.errors import ConfigError
 from pimrt.pim import kernels
+from pimrt.pim.data16 import widen
 
 BACKENDS = ("golden", "rtl", "torch")
 
@@ -46,6 +47,29 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 def _t(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a)).to(like.device)
+
+
+#: a tensor's dtype as the PIM's lanes name it (16-bit tensors: an AMP step's activations)
+_LANES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_TORCH = {v: k for k, v in _LANES.items()}
+
+
+def _data(t: torch.Tensor) -> tuple[np.ndarray, str]:
+    """A tensor as the PIM kernels take it, and its lane dtype: float32; fp16 as np.float16,
+    bf16 as uint16 bit patterns (pimrt.pim.data16); any other dtype as float32."""
+    dt = _LANES.get(t.dtype, "f32")
+    if dt == "f32":
+        return _np(t), dt
+    t = t.detach().to("cpu").contiguous()
+    return (t.numpy() if dt == "f16" else t.view(torch.int16).numpy().view(np.uint16)), dt
+
+
+def _tensor(a: np.ndarray, dt: str, like: torch.Tensor) -> torch.Tensor:
+    """_data's inverse: the kernels' output of lane dtype `dt` as a tensor on like's device."""
+    a = np.ascontiguousarray(a)
+    if dt == "bf16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(like.device)
+    return torch.from_numpy(a).to(like.device)
 
 
 def _groups(c: int, groups: int) -> list[slice]:
@@ -72,34 +96,37 @@ class _ReLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, pim, kind):
         fwd, _, decision = _RELUS[kind]
-        xs = _np(x)
+        xs, dt = _data(x)
         y = np.empty_like(xs)
         mask = np.empty(xs.shape, bool)
         for s in _groups(xs.shape[1], pim.groups) if xs.ndim > 1 else [slice(None)]:
-            y[:, s], mask[:, s] = fwd(pim.backend, xs[:, s])
+            y[:, s], mask[:, s] = fwd(pim.backend, xs[:, s], dt)
         ctx.y, ctx.pim, ctx.kind = y, pim, kind  # backward works from the output, as torch does
         if pim.masks is not None:
-            pim.masks.append(decision(y, mask))
-        return _t(y, x)
+            pim.masks.append(decision(widen(y, dt), mask))
+        return _tensor(y, dt, x)
 
     @staticmethod
     def backward(ctx, dy):
         bwd = _RELUS[ctx.kind][1]
-        d = _np(dy)
+        d, dt = _data(dy)
         dx = np.empty_like(d)
         for s in _groups(d.shape[1], ctx.pim.groups) if d.ndim > 1 else [slice(None)]:
-            dx[:, s] = bwd(ctx.pim.backend, ctx.y[:, s], d[:, s])
-        return _t(dx, dy), None, None
+            dx[:, s] = bwd(ctx.pim.backend, ctx.y[:, s], d[:, s], dt)
+        return _tensor(dx, dt, dy), None, None
 
 
 class _Add(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, pim):
-        an, bn = _np(a), _np(b)
+        if a.dtype != b.dtype:         # torch promotes to the wider dtype (exact) and adds
+            wide = torch.promote_types(a.dtype, b.dtype)
+            a, b = a.to(wide), b.to(wide)
+        (an, dt), (bn, _) = _data(a), _data(b)
         y = np.empty_like(an)
         for s in _groups(an.shape[1], pim.groups) if an.ndim > 1 else [slice(None)]:
-            y[:, s] = kernels.residual_add(pim.backend, an[:, s], bn[:, s])
-        return _t(y, a)
+            y[:, s] = kernels.residual_add(pim.backend, an[:, s], bn[:, s], dt)
+        return _tensor(y, dt, a)
 
     @staticmethod
     def backward(ctx, dy):
@@ -116,36 +143,41 @@ def batchnorm_forward_2pass(backend, x, gamma, beta, eps: float, slices: int = 1
 class _BatchNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, pim, eps):
-        xs = _np(x)
+        xs, dt = _data(x)            # a 16-bit x (AMP): y 16-bit, the statistics fp32
         gamma, beta = _np(weight), _np(bias)
         y = np.empty_like(xs)
         mean = np.empty(xs.shape[1], np.float32)
         invstd = np.empty(xs.shape[1], np.float32)
         for s in _groups(xs.shape[1], pim.groups):
-            y[:, s], mean[s], invstd[s] = batchnorm_forward_2pass(
-                pim.backend, xs[:, s], gamma[s], beta[s], eps, pim.slices)
+            y[:, s], mean[s], invstd[s] = kernels.batchnorm_forward_2pass(
+                pim.backend, xs[:, s], gamma[s], beta[s], eps, pim.slices, dtype=dt)
         ctx.save_for_backward(x, weight)
         ctx.mean, ctx.invstd, ctx.pim = mean, invstd, pim
-        return _t(y, x), _t(mean, x), _t(invstd, x)
+        return _tensor(y, dt, x), _t(mean, x), _t(invstd, x)
 
     @staticmethod
     def backward(ctx, dy, _dmean, _dinvstd):
         x, weight = ctx.saved_tensors
-        xs, d, gamma = _np(x), _np(dy), _np(weight)
+        (xs, dt), gamma = _data(x), _np(weight)
+        d = _data(dy.to(x.dtype))[0]
         dx = np.empty_like(xs)
         dg = np.empty(xs.shape[1], np.float32)
         db = np.empty(xs.shape[1], np.float32)
         for s in _groups(xs.shape[1], ctx.pim.groups):
             dx[:, s], dg[s], db[s] = kernels.batchnorm_backward_channels(
-                ctx.pim.backend, xs[:, s], d[:, s], gamma[s], ctx.mean[s], ctx.invstd[s])
-        return _t(dx, dy), _t(dg, dy), _t(db, dy), None, None
+                ctx.pim.backend, xs[:, s], d[:, s], gamma[s], ctx.mean[s], ctx.invstd[s],
+                dtype=dt)
+        return _tensor(dx, dt, dy), _t(dg, dy), _t(db, dy), None, None
 
 
 def _near(x: torch.Tensor) -> float:
     """How close to a ReLU's threshold an activation must be for rounding to put it on the
-    other side in one step than in another: 1e-3 of the tensor's largest magnitude (the two
-    steps' activations differ by about 1e-5 of it)."""
-    return 1e-3 * float(x.detach().abs().nan_to_num(0.0).max()) if x.numel() else 0.0
+    other side in one step than in another: 1e-3 of the tensor's largest magnitude (two fp32
+    steps' activations differ by about 1e-5 of it); for a 16-bit tensor (AMP) 16 units in
+    the last place of its dtype (fp16 2^-6, bf16 2^-3 of it: two AMP steps round every
+    activation to 16 bits, so they differ by ulps of it)."""
+    rel = max(1e-3, 16 * torch.finfo(x.dtype).eps) if x.is_floating_point() else 1e-3
+    return rel * float(x.detach().abs().nan_to_num(0.0).max()) if x.numel() else 0.0
 
 
 class _MaskedReLU(torch.autograd.Function):
@@ -177,7 +209,7 @@ class _MaskedReLU6(torch.autograd.Function):
     def forward(ctx, x, ops):
         state = torch.from_numpy(ops.replay[ops.replayed]).to(x.device)
         ops.replayed += 1
-        own = torch.from_numpy(_relu6_state(F.relu6(x.detach()).cpu().numpy())).to(x.device)
+        own = torch.from_numpy(_relu6_state(F.relu6(x.detach()).float().cpu().numpy())).to(x.device)
         flip = own != state
         ops.flips += int(flip.sum())
         ops.hard_flips += int((flip & (x.abs() > _near(x)) & ((x - 6).abs() > _near(x))).sum())
@@ -273,20 +305,20 @@ class PimPool2d(nn.Module):
 class _Pool(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, is_max, pim):
-        xs = _np(x)
+        xs, dt = _data(x)
         f = kernels.maxpool2_forward if is_max else kernels.avgpool2_forward
-        y = f(pim.backend, xs)
-        ctx.xs, ctx.is_max, ctx.pim = xs, is_max, pim
-        return _t(y, x)
+        y = f(pim.backend, xs, dt)
+        ctx.xs, ctx.is_max, ctx.pim, ctx.dt = xs, is_max, pim, dt
+        return _tensor(y, dt, x)
 
     @staticmethod
     def backward(ctx, dy):
-        d = _np(dy)
-        if ctx.is_max:
-            dx = kernels.maxpool2_backward_host(ctx.xs, d)
-        else:
-            dx = kernels.avgpool2_backward(ctx.pim.backend, d, ctx.xs.shape)
-        return _t(dx, dy), None, None
+        d, dt = _data(dy)
+        if ctx.is_max:               # on the host: dy placed at each window's maximum (exact)
+            dx = kernels.maxpool2_backward_host(widen(ctx.xs, dt), widen(d, dt))
+            return _tensor(dx, "f32", dy).to(dy.dtype), None, None
+        dx = kernels.avgpool2_backward(ctx.pim.backend, d, ctx.xs.shape, dt)
+        return _tensor(dx, dt, dy), None, None
 
 
 def _pool_fits(m: nn.Module) -> bool:

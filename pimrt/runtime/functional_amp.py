@@ -1,0 +1,180 @@
+"""The functional step in mixed precision: one training step of a CNN under torch.autocast on the
+CPU (amp-fp16 with torch.amp.GradScaler's loss scaling, amp-bf16 without), with the non-CONV ops
+on a PIM backend in 16 bits, against torch's own AMP step (pimrt.runtime.functional for fp32).
+
+The host: torch's CONVs and linear layers under autocast (16-bit operands, fp32 accumulation),
+exactly as in the reference step. The PIM: batch norm (16-bit x, y, dy, dx; fp32 statistics
+and parameters), ReLU/ReLU6, residual add and 2x2 pooling in 16 bits (pimrt.pim.kernels' 16-bit
+variants); the update as the timing model runs it: a CONV's 16-bit weight gradient widened,
+unscaled and checked for inf/NaN (amp_unscale_<dtype>), batch norm's fp32 gradients unscaled
+(amp_unscale), the step skipped if any flag is set, then SGD on the fp32 master weights, a
+CONV's writing the 16-bit copy of its weights (sgd_amp_<dtype>), which is checked against
+torch's cast of the updated weight.
+
+What is emulated: torch's CPU autocast runs fp16 and bf16 CONVs through its CPU kernels, not
+Tensor Cores; the reference and the PIM step share them, so the comparison is of the PIM's ops.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pimrt.errors import ConfigError
+from pimrt.pim import kernels
+from pimrt.runtime.functional import (PimOps, _data, _np, _rel, _same_draws, _t, to_pim)
+
+LOW = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+#: the documented tolerance of an AMP step (docs/precision.md): the loss, and each gradient's
+#: largest difference over its largest magnitude with the same ReLU decisions, a few units in
+#: the last place of the 16-bit activations (fp16 2^-11, bf16 2^-8 relative)
+AMP_TOLERANCE = {"amp-fp16": 5e-3, "amp-bf16": 4e-2}
+INIT_SCALE = 2.0 ** 16           # GradScaler's default
+
+
+def _lowered(model: nn.Module) -> set[str]:
+    """The parameters autocast casts to 16 bits (those of CONV and linear layers)."""
+    return {f"{m}.{n}" if m else n for m, mod in model.named_modules()
+            if isinstance(mod, (nn.Conv2d, nn.Linear)) for n, _ in mod.named_parameters(recurse=False)}
+
+
+def _torch_step(model, x, y, precision, lr, momentum, wd):
+    """torch's AMP step: forward under autocast, GradScaler (amp-fp16), SGD. -> (loss, the
+    unscaled gradients, found_inf)."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
+    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE) \
+        if precision == "amp-fp16" else None
+    with torch.autocast("cpu", dtype=LOW[precision]):
+        loss = F.cross_entropy(model(x), y)
+    (scaler.scale(loss) if scaler else loss).backward()
+    found = False
+    if scaler:
+        scaler.unscale_(opt)
+        found = bool(sum(v.item() for v in scaler._found_inf_per_device(opt).values()))
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    if scaler:
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+    return loss, grads, found
+
+
+def _pim_update(model, backend, precision, lr, momentum, wd, lowered) -> tuple[bool, bool]:
+    """The AMP update on the PIM (the first step: the momentum buffer starts as the gradient,
+    as torch's). -> (found_inf, every 16-bit weight copy equal to torch's cast)."""
+    dt = {"amp-fp16": "f16", "amp-bf16": "bf16"}[precision]
+    inv = 1.0 / INIT_SCALE if precision == "amp-fp16" else 1.0
+    grads, found = {}, False
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        if name in lowered or name.replace("bn.", "") in lowered:
+            # the CONV's 16-bit weight gradient (torch's p.grad is its exact fp32 widening)
+            g16, _ = _data(p.grad.to(LOW[precision]))
+            g, bad = kernels.amp_unscale16(backend, g16.ravel(), inv, dt)
+        elif precision == "amp-fp16":
+            g, bad = kernels.amp_unscale(backend, _np(p.grad).ravel(), inv)
+        else:
+            g, bad = _np(p.grad).ravel(), False
+        grads[name] = g
+        found |= bad
+    copies_equal = True
+    if found:                      # the scaler skips the step
+        return True, copies_equal
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name not in grads:
+                continue
+            w, g = _np(p).ravel(), grads[name]
+            v0 = (g + np.float32(wd) * w).astype(np.float32)
+            if name in lowered or name.replace("bn.", "") in lowered:
+                new_w, _, w16 = kernels.sgd_amp_update(backend, w, g, v0, lr, momentum=0.0,
+                                                       weight_decay=wd, dtype=dt)
+                want = _data(torch.from_numpy(new_w).to(LOW[precision]))[0]
+                copies_equal &= bool(np.array_equal(np.asarray(w16).view(np.uint16),
+                                                    np.asarray(want).view(np.uint16)))
+            else:
+                new_w, _ = kernels.sgd_update(backend, w, g, v0, lr, momentum=0.0,
+                                              weight_decay=wd)
+            p.copy_(_t(new_w.reshape(p.shape), p))
+            p.grad = torch.from_numpy(g.reshape(p.shape))        # unscaled, for the report
+    return False, copies_equal
+
+
+def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = "golden",
+                   precision: str = "amp-bf16", groups: int = 4, lr: float = 0.1,
+                   momentum: float = 0.9, wd: float = 5e-4, seed: int = 0,
+                   slices: int = 1) -> dict:
+    """One AMP training step with the PIM ops on `backend` against torch's AMP step: loss,
+    every (unscaled) gradient with the same ReLU decisions, every updated parameter, the
+    scaler's decision and the 16-bit weight copies."""
+    from pimrt import zoo
+    if precision not in LOW:
+        raise ConfigError(f"check_step_amp: precision {precision!r} is not an AMP one "
+                          f"({', '.join(LOW)})")
+    if slices < 1 or batch % slices:
+        raise ConfigError(f"slices={slices} does not divide the batch of {batch}")
+    torch.manual_seed(seed)
+    ref = zoo.build(model_name, input_size=input_size).train()
+    pim_model, masked_model = copy.deepcopy(ref), copy.deepcopy(ref)
+    lowered = _lowered(ref)
+    x = torch.randn(batch, 3, input_size, input_size)
+    y = torch.randint(0, getattr(ref, "num_classes", 10), (batch,))
+    t0 = time.perf_counter()
+    _same_draws(seed)
+    loss_ref, grads_ref, found_ref = _torch_step(ref, x, y, precision, lr, momentum, wd)
+    torch_wall = time.perf_counter() - t0
+
+    ops = PimOps(backend, groups, record_masks=True, slices=slices)
+    gm = to_pim(pim_model, ops)
+    t0 = time.perf_counter()
+    _same_draws(seed)
+    with torch.autocast("cpu", dtype=LOW[precision]):
+        loss = F.cross_entropy(gm(x), y)
+    (loss * INIT_SCALE if precision == "amp-fp16" else loss).backward()
+    if ops.backend is None:
+        raise ConfigError("check_step_amp runs the PIM ops on the golden or rtl backend")
+    found, copies_equal = _pim_update(gm, ops.backend, precision, lr, momentum, wd, lowered)
+    grads = {n: p.grad for n, p in gm.named_parameters() if p.grad is not None}
+    wall = time.perf_counter() - t0
+
+    # torch's AMP step with the PIM step's ReLU decisions (as the fp32 check: an activation
+    # within rounding of a threshold may fall on the other side)
+    rops = PimOps("torch", groups, replay=ops.masks)
+    mm = to_pim(masked_model, rops)
+    _same_draws(seed)
+    _, grads_masked, _ = _torch_step(mm, x, y, precision, lr, momentum, wd)
+    names = {n.replace("bn.", ""): n for n in grads}
+    grad_diff = max(_rel(grads[names[n]], g) for n, g in grads_ref.items() if n in names)
+    grad_diff_masks = max(_rel(grads[n], g) for n, g in grads_masked.items() if n in grads)
+    ref_params = dict(ref.named_parameters())
+    param_diff = max(_rel(p.detach(), ref_params[n.replace("bn.", "")].detach())
+                     for n, p in gm.named_parameters() if n.replace("bn.", "") in ref_params)
+    same = True          # channel groups give the same numbers: forward again, ungrouped
+    if groups > 1:
+        probe = zoo.build(model_name, input_size=input_size).train()
+        torch.manual_seed(seed + 1)
+        xp = torch.randn(2 * slices, 3, input_size, input_size)
+        with torch.autocast("cpu", dtype=LOW[precision]):
+            a = to_pim(probe, PimOps(backend, groups, slices=slices))(xp)
+            b = to_pim(probe, PimOps(backend, 1, slices=slices))(xp)
+        same = bool(torch.equal(a, b))
+    tol = AMP_TOLERANCE[precision]
+    return {"backend": backend, "precision": precision, "groups": groups, "slices": slices,
+            "loss": float(loss.detach()), "loss_ref": float(loss_ref.detach()),
+            "loss_abs_diff": abs(float(loss.detach()) - float(loss_ref.detach())),
+            "max_grad_rel_diff": grad_diff, "max_grad_rel_diff_same_masks": grad_diff_masks,
+            "max_param_rel_diff": param_diff,
+            "relu_mask_flips": rops.flips, "relu_mask_hard_flips": rops.hard_flips,
+            "found_inf": found, "found_inf_ref": found_ref,
+            "weight_copies_equal_torch_cast": copies_equal,
+            "tolerance": tol,
+            "grads_within_tolerance": grad_diff_masks <= tol and rops.hard_flips == 0,
+            "groups_equal": same, "wall_s": wall, "torch_wall_s": torch_wall, "device": "cpu",
+            "update_check": None, "judged_by_float64": {}}
+
