@@ -94,6 +94,25 @@ def trace_sinks(args, meta: dict) -> tuple:
     return None, HostTrace(args.save_trace, args.format)
 
 
+def amp_functional_lines(f: dict) -> None:
+    """What `pimrt run` prints of an AMP functional step (pimrt.runtime.functional_amp)."""
+    scale = f" at loss scale {f['loss_scale']:g} ({f['steps_skipped_first']} first steps " \
+        f"skipped by torch's scaler)" if f["loss_scale"] else ""
+    print(f"functional step ({f['backend']} backend, {f['precision']}{scale}): max |loss diff| "
+          f"{f['loss_abs_diff']:.3g}; with the PIM's ReLU decisions ({f['relu_mask_flips']} "
+          f"differ from torch's, {f['relu_mask_hard_flips']} not within rounding) gradients "
+          f"within {f['max_grad_rel_diff_same_masks']:.3g} of torch's AMP step; "
+          f"{len(f['judged_by_fp32'])} of them beyond {f['tolerance']:g}, judged against "
+          f"torch's fp32 step; inf/NaN check {'skips' if f['found_inf'] else 'passes'} as "
+          f"torch's {'does' if f['found_inf'] == f['found_inf_ref'] else 'does NOT'}; 16-bit "
+          f"weight copies {'equal' if f['weight_copies_equal_torch_cast'] else 'DIFFER from'} "
+          f"torch's cast; groups agree: {f['groups_equal']}  ({f['wall_s']:.1f} s)")
+    if not (f["grads_within_tolerance"] and f["groups_equal"]
+            and f["found_inf"] == f["found_inf_ref"] and f["weight_copies_equal_torch_cast"]):
+        print("warning: the PIM's AMP step is outside the documented tolerance "
+              "(docs/precision.md)", file=sys.stderr)
+
+
 def run(args) -> int:
     from pimrt.memctl import POLICIES
     from pimrt.errors import ConfigError
@@ -111,6 +130,8 @@ def run(args) -> int:
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
     args.host_part = session.host_part_for(args.precision, args.host_part)
     session.check_precision(args.precision, args.part, args.host_part)
+    from pimrt.runtime.functional_amp import check_options
+    check_options(args.functional, exchange.mode, args.precision)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported,
                              args.precision)
     from pimrt.runtime.schedule import host_fallback_note
@@ -145,10 +166,14 @@ def run(args) -> int:
             f"{h.get('device', 'a device the file does not name')})"
         print(f"host compute: {h['kernels']} CONV/linear kernels {where}")
     if args.functional != "none":
-        from pimrt.runtime.functional import check_step
-        f = check_step(args.model, args.batch, args.input, args.functional, args.groups,
-                       update=exchange.mode, density=exchange.density, slices=slices)
+        from pimrt.runtime.functional_amp import check
+        f = check(args.model, args.batch, args.input, args.functional, args.groups,
+                  update=exchange.mode, density=exchange.density, slices=slices,
+                  precision=args.precision)
         meta["functional"] = f
+        if args.precision != "fp32":
+            amp_functional_lines(f)
+    if args.functional != "none" and args.precision == "fp32":
         print(f"functional step ({args.functional} backend): max |loss diff| "
               f"{f['loss_abs_diff']:.3g}, max grad rel. diff {f['max_grad_rel_diff']:.3g}, "
               f"groups agree: {f['groups_equal']}  ({f['wall_s']:.1f} s, torch step "

@@ -16,6 +16,7 @@ Tensor Cores; the reference and the PIM step share them, so the comparison is of
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 
@@ -26,7 +27,8 @@ from torch import nn
 
 from pimrt.errors import ConfigError
 from pimrt.pim import kernels
-from pimrt.runtime.functional import (PimOps, _data, _np, _rel, _same_draws, _t, to_pim)
+from pimrt.runtime.functional import (NOISE_FACTOR, PimOps, _data, _np, _rel, _same_draws, _t,
+                                      to_pim)
 
 LOW = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
 #: the documented tolerance of an AMP step (docs/precision.md): the loss, and each gradient's
@@ -42,13 +44,14 @@ def _lowered(model: nn.Module) -> set[str]:
             if isinstance(mod, (nn.Conv2d, nn.Linear)) for n, _ in mod.named_parameters(recurse=False)}
 
 
-def _torch_step(model, x, y, precision, lr, momentum, wd):
-    """torch's AMP step: forward under autocast, GradScaler (amp-fp16), SGD. -> (loss, the
-    unscaled gradients, found_inf)."""
+def _torch_step(model, x, y, precision, lr, momentum, wd, scale=INIT_SCALE):
+    """torch's AMP step: forward under autocast, GradScaler (amp-fp16) at `scale`, SGD
+    (precision "fp32": a plain fp32 step). -> (loss, the unscaled gradients, found_inf)."""
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
-    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE) \
+    scaler = torch.amp.GradScaler("cpu", init_scale=scale) \
         if precision == "amp-fp16" else None
-    with torch.autocast("cpu", dtype=LOW[precision]):
+    with torch.autocast("cpu", dtype=LOW[precision]) if precision in LOW else \
+            contextlib.nullcontext():
         loss = F.cross_entropy(model(x), y)
     (scaler.scale(loss) if scaler else loss).backward()
     found = False
@@ -64,11 +67,24 @@ def _torch_step(model, x, y, precision, lr, momentum, wd):
     return loss, grads, found
 
 
-def _pim_update(model, backend, precision, lr, momentum, wd, lowered) -> tuple[bool, bool]:
+def _first_scale(model, x, y, precision, seed, lr, momentum, wd) -> tuple[float, int]:
+    """The loss scale of the first step GradScaler takes: from INIT_SCALE, halved after each
+    step whose gradients overflow (skipped). -> (scale, steps skipped)."""
+    scale, skipped = INIT_SCALE, 0
+    while precision == "amp-fp16" and skipped < 24:
+        _same_draws(seed)
+        if not _torch_step(copy.deepcopy(model), x, y, precision, lr, momentum, wd, scale)[2]:
+            break
+        scale, skipped = scale / 2, skipped + 1
+    return scale, skipped
+
+
+def _pim_update(model, backend, precision, lr, momentum, wd, lowered,
+                scale) -> tuple[bool, bool]:
     """The AMP update on the PIM (the first step: the momentum buffer starts as the gradient,
     as torch's). -> (found_inf, every 16-bit weight copy equal to torch's cast)."""
     dt = {"amp-fp16": "f16", "amp-bf16": "bf16"}[precision]
-    inv = 1.0 / INIT_SCALE if precision == "amp-fp16" else 1.0
+    inv = 1.0 / scale if precision == "amp-fp16" else 1.0
     grads, found = {}, False
     for name, p in model.named_parameters():
         if p.grad is None:
@@ -125,9 +141,10 @@ def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = 
     lowered = _lowered(ref)
     x = torch.randn(batch, 3, input_size, input_size)
     y = torch.randint(0, getattr(ref, "num_classes", 10), (batch,))
+    scale, skipped = _first_scale(ref, x, y, precision, seed, lr, momentum, wd)
     t0 = time.perf_counter()
     _same_draws(seed)
-    loss_ref, grads_ref, found_ref = _torch_step(ref, x, y, precision, lr, momentum, wd)
+    loss_ref, grads_ref, found_ref = _torch_step(ref, x, y, precision, lr, momentum, wd, scale)
     torch_wall = time.perf_counter() - t0
 
     ops = PimOps(backend, groups, record_masks=True, slices=slices)
@@ -136,22 +153,37 @@ def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = 
     _same_draws(seed)
     with torch.autocast("cpu", dtype=LOW[precision]):
         loss = F.cross_entropy(gm(x), y)
-    (loss * INIT_SCALE if precision == "amp-fp16" else loss).backward()
+    (loss * scale if precision == "amp-fp16" else loss).backward()
     if ops.backend is None:
         raise ConfigError("check_step_amp runs the PIM ops on the golden or rtl backend")
-    found, copies_equal = _pim_update(gm, ops.backend, precision, lr, momentum, wd, lowered)
+    found, copies_equal = _pim_update(gm, ops.backend, precision, lr, momentum, wd, lowered,
+                                      scale)
     grads = {n: p.grad for n, p in gm.named_parameters() if p.grad is not None}
     wall = time.perf_counter() - t0
 
     # torch's AMP step with the PIM step's ReLU decisions (as the fp32 check: an activation
     # within rounding of a threshold may fall on the other side)
     rops = PimOps("torch", groups, replay=ops.masks)
+    fp32_model = copy.deepcopy(masked_model)
     mm = to_pim(masked_model, rops)
     _same_draws(seed)
-    _, grads_masked, _ = _torch_step(mm, x, y, precision, lr, momentum, wd)
+    _, grads_masked, _ = _torch_step(mm, x, y, precision, lr, momentum, wd, scale)
+    # and torch's fp32 step with the same decisions: the yardstick of how far an AMP step's
+    # gradients are from fp32's (a gradient that cancels to little has no correct 16-bit digit)
+    _same_draws(seed)
+    _, grads32, _ = _torch_step(to_pim(fp32_model, PimOps("torch", groups, replay=ops.masks)),
+                                x, y, "fp32", lr, momentum, wd)
     names = {n.replace("bn.", ""): n for n in grads}
     grad_diff = max(_rel(grads[names[n]], g) for n, g in grads_ref.items() if n in names)
     grad_diff_masks = max(_rel(grads[n], g) for n, g in grads_masked.items() if n in grads)
+    tol = AMP_TOLERANCE[precision]
+    judged = {}
+    for n, g in grads_masked.items():
+        if n in grads and _rel(grads[n], g) > tol:
+            judged[n] = {"pim_vs_fp32": _rel(grads[n], grads32[n]),
+                         "torch_amp_vs_fp32": _rel(g, grads32[n])}
+    within = rops.hard_flips == 0 and all(
+        j["pim_vs_fp32"] <= tol + NOISE_FACTOR * j["torch_amp_vs_fp32"] for j in judged.values())
     ref_params = dict(ref.named_parameters())
     param_diff = max(_rel(p.detach(), ref_params[n.replace("bn.", "")].detach())
                      for n, p in gm.named_parameters() if n.replace("bn.", "") in ref_params)
@@ -161,10 +193,11 @@ def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = 
         torch.manual_seed(seed + 1)
         xp = torch.randn(2 * slices, 3, input_size, input_size)
         with torch.autocast("cpu", dtype=LOW[precision]):
+            _same_draws(seed)              # (dropout: the same masks in both)
             a = to_pim(probe, PimOps(backend, groups, slices=slices))(xp)
+            _same_draws(seed)
             b = to_pim(probe, PimOps(backend, 1, slices=slices))(xp)
         same = bool(torch.equal(a, b))
-    tol = AMP_TOLERANCE[precision]
     return {"backend": backend, "precision": precision, "groups": groups, "slices": slices,
             "loss": float(loss.detach()), "loss_ref": float(loss_ref.detach()),
             "loss_abs_diff": abs(float(loss.detach()) - float(loss_ref.detach())),
@@ -174,7 +207,37 @@ def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = 
             "found_inf": found, "found_inf_ref": found_ref,
             "weight_copies_equal_torch_cast": copies_equal,
             "tolerance": tol,
-            "grads_within_tolerance": grad_diff_masks <= tol and rops.hard_flips == 0,
+            "grads_within_tolerance": within, "judged_by_fp32": judged,
+            "loss_scale": scale if precision == "amp-fp16" else None,
+            "steps_skipped_first": skipped,
             "groups_equal": same, "wall_s": wall, "torch_wall_s": torch_wall, "device": "cpu",
             "update_check": None, "judged_by_float64": {}}
 
+
+
+def check(model_name: str, batch: int, input_size: int, backend: str = "golden",
+          groups: int = 4, update: str = "sgd", density: float = 0.001, slices: int = 1,
+          precision: str = "fp32") -> dict:
+    """The functional step of `pimrt run --functional` and a sweep's: fp32
+    (pimrt.runtime.functional.check_step) or AMP (check_step_amp, the SGD update)."""
+    from pimrt.runtime.functional import check_step
+    check_options(backend, update, precision)
+    if precision == "fp32":
+        return check_step(model_name, batch, input_size, backend, groups, update=update,
+                          density=density, slices=slices)
+    return check_step_amp(model_name, batch, input_size, backend, precision, groups,
+                          slices=slices)
+
+
+def check_options(backend: str, update: str, precision: str) -> None:
+    """What the AMP functional step cannot run, refused before any work."""
+    if precision == "fp32" or backend == "none":
+        return
+    if update != "sgd":
+        raise ConfigError(f"--functional {backend} with --precision {precision} runs the SGD "
+                          f"update; --update {update} under AMP is timed but not run for real "
+                          f"(give --functional none)")
+    if backend not in ("golden", "rtl"):
+        raise ConfigError(f"--functional {backend} with --precision {precision}: the AMP step "
+                          f"runs its PIM ops on the golden or rtl backend (torch's own AMP step "
+                          f"is what it is compared with)")

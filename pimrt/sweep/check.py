@@ -28,6 +28,8 @@ def check_points(spec, quiet: bool = False) -> list[str]:
                 raise ConfigError(f"unknown policy {o['policy']!r}; choose one of "
                                  f"{', '.join(POLICIES)}")
             ExchangeConfig(o["update"], o["world"], o["density"], o["link_gbps"])
+            from pimrt.runtime.functional_amp import check_options
+            check_options(o["functional"], o["update"], o["precision"])
             gk = (o["model"], o["batch"], o["input"], o["allow_unsupported"], o["precision"])
             if gk not in graphs:
                 graphs[gk] = session.captured(*gk)

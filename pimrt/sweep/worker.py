@@ -104,12 +104,12 @@ def bound(o: dict) -> dict:
 
 def functional(o: dict) -> dict:
     from pimrt.runtime import session
-    from pimrt.runtime.functional import check_step
+    from pimrt.runtime.functional_amp import check
     from pimrt.runtime.exchange import ExchangeConfig
     ex = ExchangeConfig(o["update"], o["world"], o["density"], o["link_gbps"])
-    return check_step(o["model"], o["batch"], o["input"], o["functional"], o["groups"],
-                      update=ex.mode, density=ex.density,
-                      slices=session.slices_for(o["batch"], o["slices"]))
+    return check(o["model"], o["batch"], o["input"], o["functional"], o["groups"],
+                 update=ex.mode, density=ex.density,
+                 slices=session.slices_for(o["batch"], o["slices"]), precision=o["precision"])
 
 
 BASELINE = {"serial": serial, "gpu_only": gpu_only, "bound": bound, "functional": functional}
