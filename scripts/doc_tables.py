@@ -2,6 +2,8 @@
 `pimrt compare` results file (compare.json; the ones the docs quote are in docs/figures/).
 
     python scripts/doc_tables.py docs/figures/compare-32.json      # step table, energy table
+    python scripts/doc_tables.py docs/figures/compare-amp-fp16-32.json docs/figures/compare-32.json
+                                                                   # AMP beside fp32
 
 tests/test_docs_figures.py checks that the docs hold these tables as rendered here, so a
 figure in them is the results file's."""
@@ -83,9 +85,38 @@ def energy_summary(rows: list[dict]) -> list[str]:
     return out
 
 
+def amp_table(rows: list[dict], fp32_rows: list[dict]) -> list[str]:
+    """The AMP step beside fp32's (docs/runtime.md, docs/precision.md): an AMP compare's
+    authority rows and the fp32 compare's at the same input size."""
+    models, by = _by(rows)
+    _, f32 = _by(fp32_rows)
+    out = ["| model | fp32 step ms | AMP GPU-only ms | AMP serial ms | AMP step ms | AMP bound ms "
+           "| vs GPU-only | vs serial | step / bound | AMP mJ | E / GPU-only | E / serial | "
+           "AMP step / fp32 step |", "|---" * 13 + "|"]
+    sums = [0.0] * 5
+    for m in models:
+        a, f = by[(m, "authority")], f32[(m, "authority")]
+        e = a["energy_mj"]
+        vals = (a["speedup_vs_gpu_only"], a["speedup_vs_serial"], a["step_vs_bound"],
+                e["vs_gpu_only"], e["vs_serial"])
+        sums = [x + y for x, y in zip(sums, vals)]
+        name = "vgg16 (BN)" if m == "vgg16" else m
+        out.append(f"| {name} | {f['step_ms']:.3f} | {a['gpu_only_step_ms']:.3f} | "
+                   f"{a['serial_step_ms']:.3f} | {a['step_ms']:.3f} | {a['bound_step_ms']:.3f} | "
+                   f"{vals[0]:.3f}x | {vals[1]:.3f}x | {vals[2]:.3f} | {e['total']:,.1f} | "
+                   f"{vals[3]:.3f} | {vals[4]:.3f} | {a['step_ms'] / f['step_ms']:.3f} |")
+    n = len(models)
+    out.append(f"| mean | | | | | | **{sums[0] / n:.3f}x** | **{sums[1] / n:.3f}x** | "
+               f"{sums[2] / n:.3f} | | {sums[3] / n:.3f} | {sums[4] / n:.3f} | |")
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rows = json.load(open(argv[0]))
+    if len(argv) > 1:              # an AMP compare and the fp32 one: the AMP table
+        print("\n".join(amp_table(rows, json.load(open(argv[1])))))
+        return 0
     for table in (step_table, energy_table, energy_summary):
         print("\n".join(table(rows)))
         print()

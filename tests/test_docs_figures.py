@@ -25,3 +25,15 @@ def test_the_docs_table_is_its_results_file(doc, results, table):
     rows = table(json.loads((FIG / results).read_text()))
     missing = [r for r in rows[2:] if r not in text]
     assert not missing, f"docs/{doc} lacks these rows of docs/figures/{results}: {missing[:3]}"
+
+
+@pytest.mark.parametrize("doc,amp,fp32", [
+    ("precision.md", "compare-amp-fp16-32.json", "compare-32.json"),
+    ("runtime.md", "compare-amp-fp16-32.json", "compare-32.json"),
+])
+def test_the_amp_table_is_its_results_files(doc, amp, fp32):
+    text = (ROOT / "docs" / doc).read_text()
+    rows = doc_tables.amp_table(json.loads((FIG / amp).read_text()),
+                                json.loads((FIG / fp32).read_text()))
+    missing = [r for r in rows[2:] if r not in text]
+    assert not missing, f"docs/{doc} lacks these rows of docs/figures/{amp}: {missing[:3]}"
