@@ -218,3 +218,15 @@ def test_default_host_parts():
     assert session.host_part_for("amp-fp16", "x.toml") == "x.toml"
     with pytest.raises(ConfigError, match="unknown precision 'fp8'"):
         session.host_part_for("fp8", None)
+
+
+def test_a_sweep_axis_with_each_precisions_host_part(tmp_path):
+    from pimrt.sweep.spec import parse
+    spec = parse({"fixed": {"model": "resnet18"},
+                  "grid": {"precision": ["fp32", "amp-fp16", "amp-bf16"]}},
+                 tmp_path / "s.toml")
+    got = [(p.options["precision"], p.options["host_part"]) for p in spec.points]
+    assert got == [("fp32", "v100"), ("amp-fp16", "v100_tc"), ("amp-bf16", "a100_tc")]
+    assert len({p.group for p in spec.points}) == 3       # three systems, three baselines
+    with pytest.raises(ConfigError, match="precision"):
+        parse({"grid": {"precision": ["fp8"]}}, tmp_path / "s.toml")
