@@ -30,6 +30,8 @@ def test_the_docs_table_is_its_results_file(doc, results, table):
 @pytest.mark.parametrize("doc,amp,fp32", [
     ("precision.md", "compare-amp-fp16-32.json", "compare-32.json"),
     ("runtime.md", "compare-amp-fp16-32.json", "compare-32.json"),
+    ("precision.md", "compare-amp-fp16-224.json", "compare-224.json"),
+    ("runtime.md", "compare-amp-fp16-224.json", "compare-224.json"),
 ])
 def test_the_amp_table_is_its_results_files(doc, amp, fp32):
     text = (ROOT / "docs" / doc).read_text()
