@@ -39,3 +39,14 @@ def test_gradsa_md_holds_the_benchs_tables(results, table):
     assert len(rows) > 4
     missing = [r for r in rows if r not in text]
     assert not missing, f"docs/gradsa.md lacks these lines of docs/figures/{results}: {missing[:3]}"
+
+
+def test_gradsa_md_holds_the_three_seed_table():
+    """docs/gradsa.md "Accuracy over 3 seeds": the table of the three runs' results files."""
+    runs = [json.loads((FIG / f"gradsa-seed{s}.json").read_text()) for s in (0, 1, 2)]
+    text = (ROOT / "docs" / "gradsa.md").read_text().splitlines()
+    rows = doc_tables.gradsa_seeds(runs)
+    assert len(rows) == 6
+    missing = [r for r in rows if r not in text]
+    assert not missing, f"docs/gradsa.md lacks these rows of docs/figures/gradsa-seed*.json: " \
+                        f"{missing[:3]}"

@@ -200,3 +200,35 @@ def test_gradsa_resnet18_bytes_a_step():
     assert f"the buffers are {_n(buffers)} B a step" in text
     assert f"can never pass {_n(dense + buffers)} / {_n(buffers)} = " \
            f"{(dense + buffers) / buffers:,.0f}x" in text
+
+
+def test_pim_bench_tables_cycles_columns_are_the_cycle_table():
+    """Each `pimrt bench pim` table quoted in pim.md: its cyc/elem, col acc/e and DRAM/e
+    columns are pimrt/pim/kernel_cycles.json's (which `--update-cycles` writes from the same
+    bench; the rates beside them are that machine's)."""
+    from pimrt.pim import cycles
+    text = _text("pim.md")
+    checked = 0
+    for block in text.split("$ pimrt bench pim ")[1:]:
+        lines = block[:block.index("```")].splitlines()
+        head = lines[1].split()
+        if "cyc/elem" not in lines[1]:
+            continue
+        for line in lines[3:]:
+            cells = line.split()
+            if len(cells) < 10 or not cells[1].isdigit():
+                continue
+            kernel, lanes = cells[0], int(cells[1])
+            # the columns from the right: cyc/elem col acc/e DRAM/e Mcyc/s target
+            cyc, col, dram = cells[-5:-2]
+            assert [cyc, col, dram] == [
+                f"{cycles.cycles_per_element(kernel, lanes):.4f}",
+                f"{cycles.column_accesses_per_element(kernel, lanes):.4f}",
+                f"{cycles.dram_columns_per_element(kernel, lanes):.4f}"], line
+            checked += 1
+        assert head[0] == "kernel"
+    assert checked >= 34
+    flat = " ".join(text.split())
+    s, a = cycles.cycles_per_element("bn_stats_ch"), cycles.cycles_per_element("bn_apply_ch")
+    assert f"(`bn_stats_ch` {s:.3f} + `bn_apply_ch` {a:.3f} = {s + a:.3f} cycles per value" \
+        in flat
