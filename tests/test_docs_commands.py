@@ -104,7 +104,8 @@ def _runnable(kind: str):
 
 
 def _run_block(path, start, body, tmp_path, timeout):
-    """The block as a bash script (-e: the first command that fails fails it) in tmp_path."""
+    """The block as a bash script (-e: the first command that fails fails it) in tmp_path;
+    in a block of `$ ` prompts, the prompted lines (the others are their output)."""
     bin_dir = tmp_path / ".bin"
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     bin_dir.mkdir()
@@ -115,6 +116,8 @@ def _run_block(path, start, body, tmp_path, timeout):
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                         os.environ.get("PYTHONPATH")])))
+    if any(line.startswith("$ ") for line in body):      # a prompt: the rest is output
+        body = [line[2:] for line in body if line.startswith("$ ")]
     script = "set -euo pipefail\n" + "\n".join(body) + "\n"
     r = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=timeout)

@@ -200,6 +200,15 @@ def test_a_killed_points_trace_is_removed_and_a_finished_one_kept(tmp_path):
     dest = again.trace_dest(spec.points[0])
     assert pathlib.Path(dest["token_file"]).read_text() == dest["token"] != store.token
     assert worker.shares_folder(dest) and not worker.shares_folder({**dest, "token": "x"})
+    # a finished attempt's trace is renamed over the old one; a lost attempt's is removed
+    new, lost = folder / ".step.npy.new.partial", folder / ".step.npy.lost.partial"
+    new.write_bytes(b"new")
+    lost.write_bytes(b"lost")
+    again.record(spec.points[0], {"ok": True, "summary": {"plots": []}, "files": {},
+                                  "traces": [{"name": "step.npy", "path": str(new),
+                                              "in_place": True}]})
+    assert sorted(p.name for p in folder.iterdir()) == ["step.npy", "summary.json"]
+    assert (folder / "step.npy").read_bytes() == b"new"
 
 
 def test_a_trace_that_cannot_come_back_fails_its_point_with_words(tmp_path):

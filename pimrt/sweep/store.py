@@ -191,6 +191,8 @@ class Store:
                     with open(tmp, "rb") as f:
                         os.fsync(f.fileno())
                     os.replace(tmp, folder / t["name"])
+                for partial in folder.glob(f".*{PARTIAL}*"):
+                    partial.unlink(missing_ok=True)   # of an attempt lost before this one
                 (folder / "error.json").unlink(missing_ok=True)
                 atomic_write_text(folder / "summary.json",
                                   json.dumps(s, indent=2, default=str))
