@@ -30,6 +30,7 @@ def test_the_docs_table_is_its_results_file(doc, results, table):
 @pytest.mark.parametrize("results,table", [
     ("gradsa-scale.json", doc_tables.gradsa_scale),
     ("gradsa-curve.json", doc_tables.gradsa_curve),
+    ("gradsa-resnet18.json", doc_tables.gradsa_table),
 ])
 def test_gradsa_md_holds_the_benchs_tables(results, table):
     """docs/gradsa.md's bench tables are their results files as `pimrt bench gradsa` prints
