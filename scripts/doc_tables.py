@@ -1,9 +1,12 @@
 """The step and energy tables of docs/runtime.md and docs/energy.md, rendered from a
-`pimrt compare` results file (compare.json; the ones the docs quote are in docs/figures/).
+`pimrt compare` results file (compare.json; the ones the docs quote are in docs/figures/), and
+docs/gradsa.md's bench tables from `pimrt bench gradsa --json` files (as the bench prints
+them, or the 3-seed markdown table).
 
     python scripts/doc_tables.py docs/figures/compare-32.json      # step table, energy table
     python scripts/doc_tables.py docs/figures/compare-amp-fp16-32.json docs/figures/compare-32.json
                                                                    # AMP beside fp32
+    python scripts/doc_tables.py docs/figures/gradsa-scale.json    # the bench's own table
 
 tests/test_docs_figures.py checks that the docs hold these tables as rendered here, so a
 figure in them is the results file's."""
@@ -111,15 +114,78 @@ def amp_table(rows: list[dict], fp32_rows: list[dict]) -> list[str]:
     return out
 
 
+def _printed(fn, *args) -> list[str]:
+    """What a bench's print function prints, as lines."""
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        fn(*args)
+    return buf.getvalue().splitlines()
+
+
+def gradsa_table(results: dict) -> list[str]:
+    """`pimrt bench gradsa --json`: its table as the bench prints it (the legend left out)."""
+    from pimrt.bench.gradsa import print_table
+    rows = results["rows"]
+    dense = next((r for r in rows if r["compressor"] == "dense" and "error" not in r), None)
+    return _printed(print_table, rows, dense["final_acc"] if dense else None,
+                    results["compute_s_per_step"], results["settings"]["nproc"])[:-1]
+
+
+def gradsa_scale(results: dict) -> list[str]:
+    """`pimrt bench gradsa --scale ... --json`: its table as the bench prints it."""
+    from pimrt.bench.gradsa import print_scale
+    return _printed(print_scale, results["rows"])[:-1]
+
+
+def gradsa_curve(results: dict) -> list[str]:
+    """`pimrt bench gradsa --curve ... --json`: the curve's table as the bench prints it."""
+    from pimrt.bench._gradsa_curve import print_curve
+    return _printed(print_curve, results["curve"], results["curve"]["dense"]["seeds"])
+
+
+def gradsa_seeds(runs: list[dict]) -> list[str]:
+    """`pimrt bench gradsa --seed S --json` for several seeds: accuracy per seed, the mean,
+    its standard deviation (n - 1) and the mean's difference from dense."""
+    import statistics
+    names = list(dict.fromkeys(r["compressor"] for run in runs for r in run["rows"]))
+    by = [{r["compressor"]: r for r in run["rows"]} for run in runs]
+    seeds = " / ".join(str(run["settings"]["seed"]) for run in runs)
+    out = [f"| compressor | ratio (per seed) | test acc % seed {seeds} | mean | std | vs dense |",
+           "|---|---|---|---|---|---|"]
+    dense = statistics.mean(100 * b["dense"]["final_acc"] for b in by)
+    for name in names:
+        accs = [100 * b[name]["final_acc"] for b in by]
+        ratios = [f"{b[name]['ratio']:.1f}" for b in by]
+        ratio = ratios[0] if len(set(ratios)) == 1 else " / ".join(ratios)
+        mean = statistics.mean(accs)
+        std = statistics.stdev(accs) if len(accs) > 1 else 0.0
+        vs = "-" if name == "dense" else f"{mean - dense:+.2f}"
+        out.append(f"| {name} | {ratio} | {' / '.join(f'{a:.2f}' for a in accs)} | "
+                   f"{mean:.2f} | {std:.2f} | {vs} |")
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    rows = json.load(open(argv[0]))
-    if len(argv) > 1:              # an AMP compare and the fp32 one: the AMP table
-        print("\n".join(amp_table(rows, json.load(open(argv[1])))))
+    data = [json.load(open(a)) for a in argv]
+    if isinstance(data[0], list) and len(data) == 2:  # an AMP compare.json and the fp32 one
+        print("\n".join(amp_table(data[0], data[1])))
         return 0
-    for table in (step_table, energy_table, energy_summary):
-        print("\n".join(table(rows)))
-        print()
+    if isinstance(data[0], list):                     # compare.json
+        for table in (step_table, energy_table, energy_summary):
+            print("\n".join(table(data[0])))
+            print()
+        return 0
+    if len(data) > 1:
+        print("\n".join(gradsa_seeds(data)))
+    elif "curve" in data[0]:
+        print("\n".join(gradsa_curve(data[0])))
+    elif data[0]["settings"].get("scale"):
+        print("\n".join(gradsa_scale(data[0])))
+    else:
+        print("\n".join(gradsa_table(data[0])))
     return 0
 
 

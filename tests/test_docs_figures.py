@@ -39,3 +39,29 @@ def test_the_amp_table_is_its_results_files(doc, amp, fp32):
                                 json.loads((FIG / fp32).read_text()))
     missing = [r for r in rows[2:] if r not in text]
     assert not missing, f"docs/{doc} lacks these rows of docs/figures/{amp}: {missing[:3]}"
+
+
+@pytest.mark.parametrize("results,table", [
+    ("gradsa-scale.json", doc_tables.gradsa_scale),
+    ("gradsa-curve.json", doc_tables.gradsa_curve),
+    ("gradsa-resnet18.json", doc_tables.gradsa_table),
+])
+def test_gradsa_md_holds_the_benchs_tables(results, table):
+    """docs/gradsa.md's bench tables are their results files as `pimrt bench gradsa` prints
+    them (each line, spaces and all)."""
+    text = (ROOT / "docs" / "gradsa.md").read_text().splitlines()
+    rows = table(json.loads((FIG / results).read_text()))
+    assert len(rows) > 4
+    missing = [r for r in rows if r not in text]
+    assert not missing, f"docs/gradsa.md lacks these lines of docs/figures/{results}: {missing[:3]}"
+
+
+def test_gradsa_md_holds_the_three_seed_table():
+    """docs/gradsa.md "Accuracy over 3 seeds": the table of the three runs' results files."""
+    runs = [json.loads((FIG / f"gradsa-seed{s}.json").read_text()) for s in (0, 1, 2)]
+    text = (ROOT / "docs" / "gradsa.md").read_text().splitlines()
+    rows = doc_tables.gradsa_seeds(runs)
+    assert len(rows) == 6
+    missing = [r for r in rows if r not in text]
+    assert not missing, f"docs/gradsa.md lacks these rows of docs/figures/gradsa-seed*.json: " \
+                        f"{missing[:3]}"

@@ -214,7 +214,7 @@ def test_docs_commands_parse_and_name_real_options():
     import shlex
     from pimrt.cli import build_parser
     text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "traces.md").read_text()
-    block = text.split("```")[1]
+    block = text.split("```")[1].split("\n", 1)[1]      # after its info string
     lines = [line.split("#")[0] for line in block.splitlines() if line.strip()]
     assert len(lines) == 3
     for line in lines:

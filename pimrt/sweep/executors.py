@@ -79,14 +79,21 @@ class LocalExecutor:
     def slots(self) -> int:
         return self.jobs
 
-    def submit(self, kind: str, options: dict, needs: dict):
+    def submit(self, kind: str, options: dict, needs: dict, dest: dict | None = None):
+        """dest: where a point's step trace goes; these processes share the client's folder,
+        so they write it there (pimrt.sweep.worker)."""
         from pimrt.sweep.worker import run_task
         args = (kind, options, tuple(needs), *(h.result() for h in needs.values()))
+        kw = {"dest": {**dest, "local": True}} if dest else {}
         try:
-            return self._pool().submit(run_task, *args)
+            return self._pool().submit(run_task, *args, **kw)
         except cf.process.BrokenProcessPool:
             self._restart()
-            return self._pool().submit(run_task, *args)
+            return self._pool().submit(run_task, *args, **kw)
+
+    def discard(self, trace: dict) -> None:
+        from pimrt.sweep.worker import remove_spool
+        remove_spool(trace["path"], trace["in_place"])
 
     def release(self, handle) -> None:
         pass                         # the client's reference is all there is
@@ -227,10 +234,40 @@ class DaskExecutor:
     def slots(self) -> int:
         return max(1, sum(self.client.nthreads().values()))
 
-    def submit(self, kind: str, options: dict, needs: dict):
+    def submit(self, kind: str, options: dict, needs: dict, dest: dict | None = None):
+        """dest: where a point's step trace goes; a worker that finds the sweep's token file
+        there writes it in place, one that does not keeps it for fetch()."""
         from pimrt.sweep.worker import run_task
+        kw = {"dest": dest} if dest else {}
         return self.client.submit(run_task, kind, options, tuple(needs), *needs.values(),
-                                  pure=False)
+                                  pure=False, **kw)
+
+    def fetch(self, trace: dict):
+        """A step trace spooled on the worker that ran its point, in chunks of at most
+        TRACE_CHUNK bytes (each one call to that worker), then removed there. A trace
+        written in place on a shared folder never comes here."""
+        from pimrt.sweep.worker import TRACE_CHUNK, read_chunk, remove_spool
+        where, offset = trace.get("worker"), 0
+        if where is None:
+            raise OSError("no worker address")
+        while offset < trace["size"]:
+            chunk = self.client.run(read_chunk, trace["path"], offset, TRACE_CHUNK,
+                                    workers=[where]).get(where)
+            if not chunk:
+                raise OSError(f"the worker gave nothing at byte {offset:,}")
+            offset += len(chunk)
+            yield chunk
+        self.discard(trace)
+
+    def discard(self, trace: dict) -> None:
+        from pimrt.sweep.worker import remove_spool
+        if trace["in_place"]:
+            remove_spool(trace["path"], True)
+        elif trace.get("worker"):
+            try:
+                self.client.run(remove_spool, trace["path"], workers=[trace["worker"]])
+            except Exception:        # noqa: BLE001 - the worker is gone: so is its spool
+                pass
 
     def release(self, handle) -> None:
         handle.release()

@@ -96,6 +96,13 @@ def check_value(name: str, value: Any, options: dict[str, Option], where: str) -
     if name == "save_trace" and ("/" in value or "\\" in value or value in (".", "..")):
         raise ConfigError(f"{where}: save_trace = {value!r}: a file name (no folder): each "
                           f"point writes its step's trace into its own folder")
+    if name == "save_trace" and (value.startswith(".") or value in POINT_FILES):
+        raise ConfigError(f"{where}: save_trace = {value!r}: "
+                          + (f"a name the point's folder uses for its own {value}"
+                             if value in POINT_FILES else
+                             "a name that starts with '.' (the point's folder keeps its "
+                             "files being written under such names)")
+                          + "; give another file name, such as step.npy")
     if name == "format" and value != "npy":
         raise ConfigError(f"{where}: format = {value!r}: a sweep writes its points' traces "
                           f"as npy (the GPU-only step, a baseline the points share, is "
@@ -105,6 +112,12 @@ def check_value(name: str, value: Any, options: dict[str, Option], where: str) -
                           f"measure them once with pimrt run --host-times measure and give "
                           f"that file or folder")
     return value
+
+
+# the files of a point's folder (pimrt.runtime.report, pimrt.sweep.store): a trace named so
+# would be overwritten by them, or overwrite them
+POINT_FILES = ("summary.json", "layers.csv", "trace.json", "timeline.png", "layer_speedup.png",
+               "energy.png", "error.json")
 
 
 def part_overrides(values: dict, prefix: str) -> dict:

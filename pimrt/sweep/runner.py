@@ -25,6 +25,7 @@ class Outcome:
     failed: list          # (point, error)
     interrupted: bool = False
     tasks: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    traces: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
 def pending_points(spec, store, retry_failed: bool) -> list:
@@ -77,6 +78,13 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False,
         t = tasks[key]
         store.log_task(t, r)
         if t.kind == "point":
+            if r["ok"]:
+                why = store.receive_traces(t.point, r["value"], getattr(ex, "fetch", None))
+                if why is not None:
+                    r = {"ok": False, "error": why, "detail": why, "worker": r.get("worker")}
+                else:
+                    result.traces.update("sent" if tr.get("sent") else "in place"
+                                         for tr in r["value"].get("traces", ()))
             store.record(t.point, {**r, **r["value"]} if r["ok"] else r)
             if r["ok"]:
                 result.done += 1
@@ -155,7 +163,10 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False,
                     break
                 key, lost = item
                 t = tasks[key]
-                h = ex.submit(t.kind, t.options, {tasks[n].kind: finished[n] for n in t.needs})
+                kw = {"dest": store.trace_dest(t.point)} \
+                    if t.kind == "point" and t.options.get("save_trace") else {}
+                h = ex.submit(t.kind, t.options, {tasks[n].kind: finished[n] for n in t.needs},
+                              **kw)
                 inflight[h] = (key, lost)
                 result.tasks[t.kind] += 1
             show()
@@ -168,6 +179,7 @@ def run(spec, store, ex, quiet: bool = False, retry_failed: bool = False,
                 kind, payload = ex.outcome(h)
                 if kind == "ok":
                     if code is not None and payload.get("code") != code:
+                        _drop_traces(payload, ex)
                         fail(key, f"worker {payload.get('worker')} runs other simulator code "
                                   f"(fingerprint {payload.get('code')}; this client's is "
                                   f"{code}): install the same pimrt on every worker")
@@ -203,6 +215,11 @@ def report(result: Outcome, store, started: float) -> str:
     lines.append(f"{verb}: {_n(result.done)} done, {len(result.failed)} failed, in "
                  f"{time.perf_counter() - started:.1f} s"
                  + (f" (baseline tasks run: {ran})" if ran else ""))
+    if result.traces:
+        from pimrt.sweep.worker import TRACE_CHUNK
+        lines.append(f"step traces: {result.traces['in place']} written in place by workers "
+                     f"that share the folder, {result.traces['sent']} sent back in chunks of "
+                     f"{TRACE_CHUNK >> 20} MiB")
     if result.interrupted:
         lines.append("the finished points are kept: run the same command again to go on")
     for p, why in result.failed[:10]:
@@ -214,6 +231,15 @@ def report(result: Outcome, store, started: float) -> str:
                  + (", results.parquet" if (store.root / "results.parquet").exists() else "")
                  + f"; each point's folder in {store.root / 'points'}")
     return "\n".join(lines)
+
+
+def _drop_traces(payload: dict, ex) -> None:
+    """A point's step traces the client will not record (its worker runs other code)."""
+    value = payload.get("value") if payload.get("ok") else None
+    for t in (value or {}).get("traces", ()) if isinstance(value, dict) else ():
+        discard = getattr(ex, "discard", None)
+        if discard is not None:
+            discard(t)
 
 
 def _and(names: list) -> str:

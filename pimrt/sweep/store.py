@@ -10,6 +10,11 @@
                             when pyarrow is installed
     DIR/tasks.csv           a row per task run (baselines and points): kind, key, status,
                             worker, wall time; appended as they come back
+    DIR/.pimrt-share        a token the workers look for: one that finds it shares this
+                            folder and writes a point's step trace straight into it
+    DIR/points/ID/.NAME.XXXX.partial  a step trace being written (renamed to NAME when the
+                            point is recorded; left by a point that was killed, removed by
+                            the next run)
 
 Each point is written the moment it finishes, so a sweep that stops keeps every finished
 point and a re-run skips them. A folder that holds another spec's results is refused unless
@@ -20,16 +25,21 @@ import csv
 import datetime
 import io
 import json
+import os
 import pathlib
+import secrets
+import tempfile
 
 from pimrt.errors import ConfigError
-from pimrt.output import (atomic_open, atomic_write_text, check_out_dir, lock_out_dir,
-                          writing)
+from pimrt.output import (OutputError, atomic_open, atomic_write_text, check_out_dir,
+                          lock_out_dir, writing)
 
 # summary fields keyed by layer: a column per layer would not be a table of points
 PER_LAYER = {"deferred_weight_gradients", "sliced_layers", "plots"}
 LEAD = ("index", "id", "status")
 TASK_COLUMNS = ("finished", "kind", "key", "status", "worker", "wall_s", "error")
+SHARE_TOKEN = ".pimrt-share"
+PARTIAL = ".partial"          # pimrt.sweep.worker.PARTIAL: a step trace being written
 
 
 class Store:
@@ -39,6 +49,7 @@ class Store:
         self.code = code or {}                  # this run's code fingerprint (code.py)
         self.earlier = earlier or []            # fingerprints of the folder's earlier code
         self.rows: dict[str, dict] = {}         # point id -> its row in results.csv
+        self.token = secrets.token_hex(16)      # DIR/.pimrt-share: who shares this folder
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -96,6 +107,9 @@ class Store:
             "points": [{"index": p.index + 1, "id": p.id, "values": p.values,
                         "group": p.group, "gpu_group": p.gpu_group}
                        for p in s.points]}, indent=2, default=str))
+        atomic_write_text(self.root / SHARE_TOKEN, self.token)
+        for partial in sorted((self.root / "points").glob(f"*/.*{PARTIAL}*")):
+            partial.unlink(missing_ok=True)           # a trace of a point that was killed
         for p in s.points:
             folder = self.folder(p)
             summary, error = folder / "summary.json", folder / "error.json"
@@ -115,6 +129,39 @@ class Store:
 
     def folder(self, p) -> pathlib.Path:
         return self.root / "points" / p.id
+
+    def trace_dest(self, p) -> dict:
+        """Where a point's step trace goes (pimrt.sweep.worker: written there by a worker
+        that sees this folder, else sent back)."""
+        return {"folder": str(self.folder(p).resolve()),
+                "token_file": str((self.root / SHARE_TOKEN).resolve()), "token": self.token}
+
+    def receive_traces(self, p, value: dict, fetch=None) -> str | None:
+        """Bring a point's spooled step traces (written where this folder is not seen) into
+        its folder under temporary names, read back in bounded chunks (`fetch(trace)` yields
+        them; without it the spool is a file here); None, or why one could not be."""
+        folder = self.folder(p)
+        for t in value.get("traces", ()):
+            if t["in_place"]:
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{t['name']}.", suffix=PARTIAL, dir=folder)
+            os.fchmod(fd, 0o644)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    got = 0
+                    for chunk in (fetch or _local_chunks)(t):
+                        f.write(chunk)
+                        got += len(chunk)
+                    if got != t["size"]:
+                        raise OSError(f"{got} of its {t['size']} bytes came back")
+            except Exception as exc:                  # noqa: BLE001 - the point fails
+                os.unlink(tmp)
+                return (f"its step trace {t['name']} could not be read back from worker "
+                        f"{t.get('worker')} ({type(exc).__name__}: {exc}); --retry-failed "
+                        f"runs it again")
+            t.update(path=tmp, in_place=True, sent=True)
+        return None
 
     def done(self, p) -> bool:
         return self.rows.get(p.id, {}).get("status") == "done"
@@ -136,12 +183,24 @@ class Store:
                 for name, data in result["files"].items():
                     with atomic_open(folder / name, "wb") as f:
                         f.write(data)
+                for t in result.get("traces", ()):   # written in place: renamed, not read
+                    tmp = pathlib.Path(t["path"])
+                    if tmp.parent.resolve() != folder.resolve() or "/" in t["name"]:
+                        raise OutputError(f"{tmp}: a step trace outside its point's folder "
+                                          f"{folder}")
+                    with open(tmp, "rb") as f:
+                        os.fsync(f.fileno())
+                    os.replace(tmp, folder / t["name"])
+                for partial in folder.glob(f".*{PARTIAL}*"):
+                    partial.unlink(missing_ok=True)   # of an attempt lost before this one
                 (folder / "error.json").unlink(missing_ok=True)
                 atomic_write_text(folder / "summary.json",
                                   json.dumps(s, indent=2, default=str))
             self.rows[p.id] = self._row(p, "done", s)
         else:
             folder.mkdir(parents=True, exist_ok=True)
+            for partial in folder.glob(f".*{PARTIAL}*"):
+                partial.unlink(missing_ok=True)       # a trace of this point's, not used
             atomic_write_text(folder / "error.json", json.dumps(
                 {k: result.get(k) for k in ("error", "detail", "worker")}, indent=2))
             self.rows[p.id] = self._row(p, "failed", {"error": result["error"]})
@@ -199,6 +258,19 @@ class Store:
         with atomic_open(self.root / "results.parquet", "wb") as f:
             pq.write_table(table, f)
         return written + [self.root / "results.parquet"]
+
+
+def _local_chunks(t: dict):
+    """A trace spooled on this machine, in bounded chunks (then removed)."""
+    from pimrt.sweep.worker import TRACE_CHUNK, read_chunk, remove_spool
+    offset = 0
+    while offset < t["size"]:
+        chunk = read_chunk(t["path"], offset, TRACE_CHUNK)
+        if not chunk:
+            break
+        offset += len(chunk)
+        yield chunk
+    remove_spool(t["path"])
 
 
 def _plain(v):

@@ -8,7 +8,14 @@ A task returns {"ok": True, "value": ..., "worker", "wall_s", "code"} or {"ok": 
 so the client can say which task failed and fail the points that need it. A point's folder is
 written to a temporary folder and sent back as bytes, so the workers need no file system
 shared with the client. "code" is the fingerprint of the simulator this worker runs
-(pimrt/sweep/code.py): the client refuses results of other code than its own."""
+(pimrt/sweep/code.py): the client refuses results of other code than its own.
+
+A point's step trace (`save_trace`) is never held whole: it is written as the step runs,
+either straight into the point's final folder under a temporary name (`.NAME.XXXX.partial`,
+renamed by the client when it records the point) where this worker sees the client's folder
+(local processes always; a Dask worker that finds the sweep's token file, `dest`), or into a
+spool file on the worker that the client reads back in chunks of TRACE_CHUNK bytes
+(read_chunk) and removes (remove_spool)."""
 from __future__ import annotations
 
 import os
@@ -21,14 +28,15 @@ import traceback
 from pimrt.errors import PimrtError
 
 
-def run_task(kind: str, options: dict, names: tuple = (), *deps: dict) -> dict:
+def run_task(kind: str, options: dict, names: tuple = (), *deps: dict,
+             dest: dict | None = None) -> dict:
     """kind: a baseline's kind or "point"; deps: the results of the tasks named by `names`
-    (their kinds), all of them ok."""
+    (their kinds), all of them ok; dest: where a point's step trace goes (Store.trace_dest)."""
     from pimrt.sweep.code import fingerprint
     t0 = time.perf_counter()
     try:
         given = {name: d["value"] for name, d in zip(names, deps)}
-        value = POINT(options, given) if kind == "point" else BASELINE[kind](options)
+        value = POINT(options, given, dest) if kind == "point" else BASELINE[kind](options)
         out = {"ok": True, "value": value, "worker": _where(),
                "wall_s": time.perf_counter() - t0}
     except Exception as exc:                 # recorded with the task and its points
@@ -115,8 +123,9 @@ def functional(o: dict) -> dict:
 BASELINE = {"serial": serial, "gpu_only": gpu_only, "bound": bound, "functional": functional}
 
 
-def point(o: dict, given: dict) -> dict:
-    """The point's policy on the graph its bound was planned on, and its folder."""
+def point(o: dict, given: dict, dest: dict | None = None) -> dict:
+    """The point's policy on the graph its bound was planned on, and its folder (its step
+    trace, when asked, as a file the client renames or reads back: "traces")."""
     from pimrt.runtime import report, session, timing
     b = given["bound"]
     cache = getattr(timing, "_PLANNED", None)
@@ -135,28 +144,111 @@ def point(o: dict, given: dict) -> dict:
     if o["functional"] != "none":
         meta["functional"] = given["functional"]
     meta["layrub"] = o["layrub"]
-    with tempfile.TemporaryDirectory(prefix="pimrt-sweep-") as tmp:
-        sink = _trace_sink(o, meta, tmp)
-        run = given["serial"] if o["policy"] == "serial" and sink is None else s.timed(
-            o, o["policy"], o["groups"], plan=not o["no_plan"], slices=s.slices,
-            authority_rule=o["authority_rule"], sink=sink)
-        summary = report.write_all(run, given["serial"], meta, tmp, given["gpu_only"],
-                                   b["bound"])
-        files = {p.name: p.read_bytes() for p in sorted(pathlib.Path(tmp).iterdir())
-                 if p.is_file() and p.name != "summary.json"}
+    sink, trace = _trace_sink(o, meta, dest)
+    try:
+        with tempfile.TemporaryDirectory(prefix="pimrt-sweep-") as tmp:
+            run = given["serial"] if o["policy"] == "serial" and sink is None else s.timed(
+                o, o["policy"], o["groups"], plan=not o["no_plan"], slices=s.slices,
+                authority_rule=o["authority_rule"], sink=sink)
+            summary = report.write_all(run, given["serial"], meta, tmp, given["gpu_only"],
+                                       b["bound"])
+            files = {p.name: p.read_bytes() for p in sorted(pathlib.Path(tmp).iterdir())
+                     if p.is_file() and p.name != "summary.json"}
+        if trace is not None:                    # its sidecar (small) travels with the files
+            from pimrt.trace.binary import sidecar_path
+            side = sidecar_path(pathlib.Path(trace["path"]))
+            files[sidecar_path(pathlib.Path(trace["name"])).name] = side.read_bytes()
+            side.unlink()
+            trace["size"] = os.path.getsize(trace["path"])
+    except BaseException:
+        if trace is not None:                    # nothing half written is left behind
+            remove_spool(trace["path"], trace["in_place"])
+        raise
     summary["plots"] = [pathlib.Path(p).name for p in summary["plots"]]
-    return {"summary": summary, "files": files}
+    return {"summary": summary, "files": files, "traces": [trace] if trace else []}
 
 
-def _trace_sink(o: dict, meta: dict, folder):
-    """`save_trace = "NAME"`: the point's step written to NAME in its folder
-    (pimrt.trace.step; it travels back with the point's other files)."""
+PARTIAL = ".partial"         # a trace being written: .NAME.XXXX.partial (and its sidecar)
+TRACE_CHUNK = 8 << 20        # the bytes of a trace sent back in one piece
+SEND_ENV = "PIMRT_SWEEP_SEND_TRACES"   # set on a worker: send traces back even if shared
+
+
+def shares_folder(dest: dict) -> bool:
+    """Whether this worker sees the client's results folder: the sweep's token file holds
+    the token the client wrote there (the same file system, or one shared at the same
+    path). Local processes always do."""
+    if dest.get("local"):
+        return True
+    if os.environ.get(SEND_ENV):
+        return False
+    try:
+        return pathlib.Path(dest["token_file"]).read_text() == dest["token"]
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _trace_sink(o: dict, meta: dict, dest: dict | None):
+    """`save_trace = "NAME"`: the point's step written as it runs (pimrt.trace.step) to a
+    temporary name in the point's final folder (where this worker shares it) or in a spool
+    folder on this worker; (sink, what the client needs to put it in place) or (None, None)."""
     if not o.get("save_trace"):
-        return None
+        return None, None
     from pimrt.trace.step import StepTrace
-    keys = ("model", "batch", "input", "host_part", "slices")
-    return StepTrace(pathlib.Path(folder) / o["save_trace"],
-                     {**{k: meta[k] for k in keys}, "step": o["policy"]})
+    name = o["save_trace"]
+    in_place = dest is not None and shares_folder(dest)
+    tmp = None
+    if in_place:
+        try:
+            folder = pathlib.Path(dest["folder"])
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=PARTIAL, dir=folder)
+            os.fchmod(fd, 0o644)                 # as the point's other files
+            os.close(fd)
+        except OSError:                          # seen but not writable here: send it back
+            in_place = False
+    if not in_place:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=PARTIAL,
+                                   dir=tempfile.mkdtemp(prefix="pimrt-sweep-trace-"))
+        os.fchmod(fd, 0o644)
+        os.close(fd)
+    keys = ("model", "batch", "input", "host_part", "precision", "slices")
+    sink = StepTrace(tmp, {**{k: meta[k] for k in keys}, "step": o["policy"]})
+    trace = {"name": name, "path": tmp, "in_place": in_place}
+    if not in_place:
+        trace["worker"] = _dask_worker()
+    return sink, trace
+
+
+def _dask_worker() -> str | None:
+    """This Dask worker's address (the client reads a spooled trace from it), or None."""
+    try:
+        from distributed import get_worker
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
+
+
+def read_chunk(path: str, offset: int, size: int) -> bytes:
+    """At most `size` bytes of a spooled trace from `offset` (run on the worker that holds it)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(min(size, TRACE_CHUNK))
+
+
+def remove_spool(path: str, in_place: bool = False) -> None:
+    """A trace file the client has read back or will not use: the file, its sidecar, and the
+    spool folder made for it (not a point's folder)."""
+    p = pathlib.Path(path)
+    for f in (p, p.with_name(p.name + ".layers.json")):
+        try:
+            f.unlink()
+        except OSError:
+            pass
+    if not in_place and p.parent.name.startswith("pimrt-sweep-trace-"):
+        try:
+            p.parent.rmdir()
+        except OSError:
+            pass
 
 
 POINT = point
