@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 FIVE = ("resnet18", "resnet50", "vgg16_bn", "densenet121", "mobilenetv2")
 KEYS = ("loss_abs_diff", "max_grad_rel_diff_same_masks", "relu_mask_flips",
-        "relu_mask_hard_flips", "judged_by_fp32", "grads_within_tolerance", "found_inf",
+        "relu_mask_hard_flips", "pim_vs_fp32_flips", "torch_amp_vs_fp32_flips", "judged_by_fp32", "grads_within_tolerance", "found_inf",
         "found_inf_ref", "weight_copies_equal_torch_cast", "groups_equal", "loss_scale",
         "steps_skipped_first", "tolerance", "wall_s")
 
@@ -40,7 +40,7 @@ def worst(r: dict) -> float:
 def table_row(r: dict) -> str:
     scale = f"{r['loss_scale']:g} ({r['steps_skipped_first']})" if r["loss_scale"] else "none"
     return (f"| {r['model']} | {r['precision']} | {scale} | {r['loss_abs_diff']:.2g} | "
-            f"{r['relu_mask_flips']} ({r['relu_mask_hard_flips']}) | "
+            f"{r['relu_mask_flips']} | {r['pim_vs_fp32_flips']} / {r['torch_amp_vs_fp32_flips']} | "
             f"{r['max_grad_rel_diff_same_masks']:.2g} | {len(r['judged_by_fp32'])} | "
             f"{worst(r):.2f} | {'yes' if r['found_inf'] == r['found_inf_ref'] else 'NO'} | "
             f"{'yes' if r['weight_copies_equal_torch_cast'] else 'NO'} | "
@@ -48,10 +48,10 @@ def table_row(r: dict) -> str:
 
 
 def table(rows: list[dict]) -> list[str]:
-    return ["| model | precision | loss scale (steps skipped) | loss diff | ReLU decisions differing "
-            "(not within rounding) | grad diff, same decisions | grads judged by fp32 | worst "
+    return ["| model | precision | loss scale (steps skipped) | loss diff | ReLU decisions unlike "
+            "torch's AMP step's | unlike fp32's: PIM / torch AMP | grad diff, same decisions | grads judged by fp32 | worst "
             "PIM / torch distance from fp32 | skip decision as torch | 16-bit copies as torch's "
-            "cast | within tolerance |", "|---" * 11 + "|"] + [table_row(r) for r in rows]
+            "cast | within tolerance |", "|---" * 12 + "|"] + [table_row(r) for r in rows]
 
 
 if __name__ == "__main__":

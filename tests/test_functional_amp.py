@@ -13,6 +13,8 @@ def test_amp_step_matches_torchs(precision):
     r = check_step_amp("resnet_cifar_20", 4, 32, "golden", precision, groups=2)
     assert r["loss_abs_diff"] < 2e-3
     assert r["relu_mask_hard_flips"] == 0
+    # the PIM's decisions differ from fp32's about as often as torch's own AMP step's do
+    assert r["pim_vs_fp32_flips"] <= 1.5 * r["torch_amp_vs_fp32_flips"]
     assert r["max_grad_rel_diff_same_masks"] < AMP_TOLERANCE[precision]
     assert r["grads_within_tolerance"] and r["groups_equal"]
     assert r["found_inf"] is r["found_inf_ref"] is False

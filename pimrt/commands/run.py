@@ -99,8 +99,9 @@ def amp_functional_lines(f: dict) -> None:
     scale = f" at loss scale {f['loss_scale']:g} ({f['steps_skipped_first']} first steps " \
         f"skipped by torch's scaler)" if f["loss_scale"] else ""
     print(f"functional step ({f['backend']} backend, {f['precision']}{scale}): max |loss diff| "
-          f"{f['loss_abs_diff']:.3g}; with the PIM's ReLU decisions ({f['relu_mask_flips']} "
-          f"differ from torch's, {f['relu_mask_hard_flips']} not within rounding) gradients "
+          f"{f['loss_abs_diff']:.3g}; ReLU decisions: {f['relu_mask_flips']} differ from "
+          f"torch's AMP step's, {f['pim_vs_fp32_flips']} from fp32's (torch's AMP step: "
+          f"{f['torch_amp_vs_fp32_flips']}); with the PIM's decisions gradients "
           f"within {f['max_grad_rel_diff_same_masks']:.3g} of torch's AMP step; "
           f"{len(f['judged_by_fp32'])} of them beyond {f['tolerance']:g}, judged against "
           f"torch's fp32 step; inf/NaN check {'skips' if f['found_inf'] else 'passes'} as "

@@ -227,8 +227,8 @@ class _MaskedReLU6(torch.autograd.Function):
 class PimOps:
     """The backend, channel group count and batch slices the PIM functions use (batch norm
     takes its statistics per batch slice: pimrt.pim.kernels.batchnorm_forward_2pass).
-    record_masks: keep every ReLU mask (a ReLU6's decisions: _relu6_state) of the PIM step in
-    self.masks (call by call); replay
+    record_masks: keep every ReLU mask (a ReLU6's decisions: _relu6_state) of the step in
+    self.masks (call by call; the torch backend records torch's own); replay
     (torch backend only): a list of such masks that the torch ReLUs use instead of their own,
     in the same order."""
 
@@ -245,11 +245,15 @@ class PimOps:
 
     def relu(self, x):
         if self.backend is None:
+            if self.replay is None and self.masks is not None:   # torch's own decisions
+                self.masks.append((x > 0).detach().cpu().numpy())
             return F.relu(x) if self.replay is None else _MaskedReLU.apply(x, self)
         return _ReLU.apply(x, self, "relu")
 
     def relu6(self, x):
         if self.backend is None:
+            if self.replay is None and self.masks is not None:
+                self.masks.append(_relu6_state(F.relu6(x.detach()).float().cpu().numpy()))
             return F.relu6(x) if self.replay is None else _MaskedReLU6.apply(x, self)
         return _ReLU.apply(x, self, "relu6")
 
