@@ -3,7 +3,7 @@ renders, recomputed here from a fresh, cheap run (seconds each) or from the repo
 tables, and compared with the text to the last printed digit: memctl's cycles on the
 reference traces and the fidelity cases (the quoted DRAMsim3 / Ramulator columns against
 pimrt/memctl/reference.py), the PIM's cycles per element (golden model, pimrt/pim's cycle
-table), ResNet-18's bytes a step. The figures of timed runs (simulation speed) are the
+table), ResNet-18's bytes a step, the index codecs' bytes per index. The figures of timed runs (simulation speed) are the
 machine's and are not checked; docs/gradsa.md's bench tables are generated from their
 results files (tests/test_docs_figures.py)."""
 from __future__ import annotations
@@ -232,3 +232,26 @@ def test_pim_bench_tables_cycles_columns_are_the_cycle_table():
     s, a = cycles.cycles_per_element("bn_stats_ch"), cycles.cycles_per_element("bn_apply_ch")
     assert f"(`bn_stats_ch` {s:.3f} + `bn_apply_ch` {a:.3f} = {s + a:.3f} cycles per value" \
         in flat
+
+
+def _index_rows() -> list[str]:
+    """gradsa.md's bytes per index of each index codec: k indices drawn uniformly without
+    replacement (numpy's default_rng(0)) from a layer of 2,359,296 elements (ResNet-18's
+    largest, 512 x 512 x 3 x 3), the sizes the encoder computes to choose among them."""
+    from pimrt.gradsa.encoding import gaps_of, index_sizes
+    n = 2_359_296
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, d in (("25%", 0.25), ("1%", 0.01), ("0.1%", 0.001)):
+        k = int(n * d)
+        sizes = index_sizes(gaps_of(np.sort(rng.choice(n, k, replace=False))), n)
+        rows.append(f"| {label:<7} | " + " | ".join(
+            f"{sizes[c] / k:.2f}".ljust(w) for c, w in (("varint", 6), ("bitpack", 7),
+                                                          ("rice", 4), ("bitmap", 6))) + " |")
+    return rows
+
+
+def test_gradsa_index_codec_table():
+    text = _text("gradsa.md").splitlines()
+    missing = [r for r in _index_rows() if r not in text]
+    assert not missing, missing
