@@ -66,3 +66,12 @@ def test_gradsa_md_holds_the_three_seed_table():
     missing = [r for r in rows if r not in text]
     assert not missing, f"docs/gradsa.md lacks these rows of docs/figures/gradsa-seed*.json: " \
                         f"{missing[:3]}"
+
+
+def test_precision_md_holds_the_functional_amp_table():
+    import functional_amp
+    rows = functional_amp.table(json.loads((FIG / "functional-amp.json").read_text()))
+    text = (ROOT / "docs" / "precision.md").read_text()
+    assert len(rows) == 12
+    missing = [r for r in rows[2:] if r not in text]
+    assert not missing, f"docs/precision.md lacks these rows of functional-amp.json: {missing[:3]}"
