@@ -229,6 +229,18 @@ def _f32_draws(data, n):
     return a
 
 
+def _same_as_torchs_unscale(got, found, gt, inv):
+    """got, found as torch's _amp_foreach_non_finite_check_and_unscale_ gives them from fp32
+    gt: the flag, and the values bit for bit (a NaN for a NaN)."""
+    flag = torch.zeros(1)
+    torch._amp_foreach_non_finite_check_and_unscale_([gt], flag, torch.tensor(inv))
+    assert found == bool(flag.item())
+    want = gt.numpy()
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all()
+    assert (got.view(np.uint32)[~nan] == want.view(np.uint32)[~nan]).all()
+
+
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_amp_unscale_equals_torch(g, data):
@@ -238,13 +250,7 @@ def test_amp_unscale_equals_torch(g, data):
     grad = _f32_draws(data, n)
     inv = data.draw(st.sampled_from([1.0, 0.5, 2.0 ** -16, 1 / 3, 2.0 ** 24]))
     got, found = K.amp_unscale(g, grad, inv)
-    gt, flag = torch.tensor(grad), torch.zeros(1)
-    torch._amp_foreach_non_finite_check_and_unscale_([gt], flag, torch.tensor(inv))
-    assert found == bool(flag.item())
-    want = gt.numpy()
-    nan = np.isnan(want)
-    assert (np.isnan(got) == nan).all()
-    assert (got.view(np.uint32)[~nan] == want.view(np.uint32)[~nan]).all()
+    _same_as_torchs_unscale(got, found, torch.tensor(grad), inv)
 
 
 def test_amp_unscale_flags_the_last_value_of_a_chunk_and_none_else(g):
@@ -271,13 +277,7 @@ def test_amp_unscale16_equals_torchs_cast_then_unscale(g, dt, data):
     inv = data.draw(st.sampled_from([1.0, 2.0 ** -16, 1 / 3, 2.0 ** 10]))
     t16 = torch.from_numpy(pats.view(np.int16)).view(TORCH[dt])
     got, found = K.amp_unscale16(g, pats.view(np.float16) if dt == "f16" else pats, inv, dt)
-    gt, flag = t16.float(), torch.zeros(1)
-    torch._amp_foreach_non_finite_check_and_unscale_([gt], flag, torch.tensor(inv))
-    assert found == bool(flag.item())
-    want = gt.numpy()
-    nan = np.isnan(want)
-    assert (np.isnan(got) == nan).all()
-    assert (got.view(np.uint32)[~nan] == want.view(np.uint32)[~nan]).all()
+    _same_as_torchs_unscale(got, found, t16.float(), inv)
 
 
 def test_unscale_then_fold_equals_torch(g):
