@@ -64,14 +64,13 @@ def autocast(graph, precision: str):
     out = copy.deepcopy(graph)
     out.precision = precision
     dtype: dict[str, str] = {}
-    width = {"float32": 4, "float16": 2, "bfloat16": 2}
     for layer in out.nodes:
         if layer.kind == "input":
             dt = layer.dtype
         elif layer.kind in LOWER:
             dt = low
         elif layer.inputs:
-            dt = max((dtype.get(i, layer.dtype) for i in layer.inputs), key=width.get)
+            dt = max((dtype.get(i, layer.dtype) for i in layer.inputs), key=ITEMSIZE.get)
         else:
             dt = layer.dtype
         dtype[layer.name] = dt

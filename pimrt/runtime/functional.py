@@ -133,13 +133,6 @@ class _Add(torch.autograd.Function):
         return dy, dy, None
 
 
-def batchnorm_forward_2pass(backend, x, gamma, beta, eps: float, slices: int = 1):
-    """Training-mode batch norm on the PIM with a two-pass variance (see
-    pimrt.pim.kernels.batchnorm_forward_2pass): all channels of x in a few kernel runs, the
-    statistics per batch slice."""
-    return kernels.batchnorm_forward_2pass(backend, x, gamma, beta, eps, slices)
-
-
 class _BatchNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, pim, eps):
