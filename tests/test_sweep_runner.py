@@ -7,6 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from executor_fakes import QuietExecutor
 from pimrt.sweep import runner
 from pimrt.sweep import spec as specs
 from pimrt.sweep.store import Store
@@ -21,10 +22,9 @@ class Handle:
         self.outcome = None
 
 
-class Scripted:
+class Scripted(QuietExecutor):
     """The serial baseline's outcomes in turn, by model: "ok", "lost", "error" (the executor
     failed) or "fail" (the simulation raised); every other task is ok."""
-    retries_lost = True
 
     def __init__(self, script: dict, slots: int):
         self.script = {k: list(v) for k, v in script.items()}
@@ -47,9 +47,6 @@ class Scripted:
         assert len(self.inflight) <= self.n
         return h
 
-    def wait(self, handles, seconds):
-        return {handles[0]}
-
     def outcome(self, h):
         self.inflight.remove(h)
         kind = self.script[h.model].pop(0) if h.kind == "serial" else "ok"
@@ -62,15 +59,6 @@ class Scripted:
             return "ok", {"ok": False, "error": f"boom in {h.model}", "detail": "trace",
                           "worker": "here", "code": CODE}
         return kind, f"{kind} in {h.model}"
-
-    def release(self, h):
-        pass
-
-    def deaths(self, handles, settle=1.0):
-        return []
-
-    def close(self, cancel=False):
-        pass
 
 
 MODELS = ["resnet_cifar_20", "resnet_cifar_32", "resnet_cifar_44", "resnet_cifar_56"]
@@ -131,7 +119,7 @@ def test_a_worker_with_other_code_is_refused(tmp_path):
                "other)" in why for _, why in result.failed)
 
 
-class Inline:
+class Inline(QuietExecutor):
     """Each task run at once in this process, through the worker's own run_task."""
     retries_lost = False
 
@@ -152,15 +140,6 @@ class Inline:
 
     def outcome(self, h):
         return "ok", h.result
-
-    def release(self, h):
-        pass
-
-    def deaths(self, handles, settle=1.0):
-        return []
-
-    def close(self, cancel=False):
-        pass
 
 
 def test_the_functional_check_is_a_baseline_its_points_share(tmp_path):

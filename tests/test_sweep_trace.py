@@ -12,6 +12,7 @@ import tracemalloc
 
 import pytest
 
+from executor_fakes import QuietExecutor
 from pimrt.cli import main
 from pimrt.sweep import runner, worker
 from pimrt.sweep import spec as specs
@@ -35,11 +36,10 @@ class FakeClient:
         return {workers[0]: fn(*args)}
 
 
-class InProcess:
+class InProcess(QuietExecutor):
     """Each task run in this process when submitted (so monkeypatches hold in the worker too);
     `shared`: the worker sees the client's folder (as local processes do), else it spools
     the trace and the client fetches it as from a Dask worker (DaskExecutor.fetch)."""
-    retries_lost = True
 
     def __init__(self, shared: bool):
         self.shared = shared
@@ -56,23 +56,11 @@ class InProcess:
                                      *(h.result() for h in needs.values()), dest=dest))
         return f
 
-    def wait(self, handles, seconds):
-        return {handles[0]}
-
     def outcome(self, h):
         return "ok", h.result()
 
     fetch = DaskExecutor.fetch
     discard = DaskExecutor.discard
-
-    def release(self, h):
-        pass
-
-    def deaths(self, handles, settle=1.0):
-        return []
-
-    def close(self, cancel=False):
-        pass
 
 
 def _sweep(tmp, shared: bool, monkeypatch):
