@@ -80,8 +80,8 @@ def autocast(graph, precision: str):
 
 
 def of(graph) -> str:
-    """The precision a graph was set to (fp32 for one autocast never saw)."""
-    return getattr(graph, "precision", "fp32")
+    """The precision a graph was set to (LayerGraph.precision: fp32 unless autocast set it)."""
+    return graph.precision
 
 
 def amp(graph) -> bool:

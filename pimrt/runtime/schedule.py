@@ -305,7 +305,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     if exchange not in ("sgd", "gradsa", "laysa"):
         raise ConfigError(f"unknown update {exchange!r}; choose one of sgd, gradsa, laysa")
     if exchange == "laysa" and loss_scaling(graph):
-        raise ConfigError(f"--exchange laysa with --precision {precision_of(graph)}: LaySA "
+        raise ConfigError(f"--update laysa with --precision {precision_of(graph)}: LaySA "
                           f"applies each layer's update during backward, before the loss "
                           f"scaler could check every gradient for inf/NaN; use amp-bf16 (no "
                           f"loss scaling) or --exchange sgd/gradsa")
