@@ -327,6 +327,16 @@ static int cursor_due(const mc_sim *sim, tick t)
     return 0;
 }
 
+/* a completing request can wake a cursor: one blocked on a full queue, or one at a barrier
+ * (the front end waits for all outstanding work) */
+static int wakeable(const mc_sim *sim)
+{
+    if (sim->fe_barrier) return 1;
+    for (int k = 0; k < sim->cursors; k++)
+        if (sim->cur[k].blocked) return 1;
+    return 0;
+}
+
 /* the earliest cycle a cursor that has records left can act */
 static tick frontend_next(const mc_sim *sim)
 {
@@ -357,7 +367,9 @@ static void check_end(mc_sim *sim)
  * closed well before: the previous refresh closed them, and refresh takes at most half of
  * tREFI). The refreshes due before until - 2 tREFI are accounted for at once, exactly as
  * simulating them would leave the channel (mc_skip_refreshes); the last ones are simulated.
- * A channel whose write buffer keeps a few writes nothing makes drain meanwhile counts as idle.
+ * A channel whose write buffer keeps a few writes nothing makes drain meanwhile counts as idle
+ * (not while a mode switch ends at t: its step at t turns those writes' wait from blocked to
+ * active in the cycle accounting).
  * Not with the command log on (it lists every refresh). A channel not idle in that sense (a
  * row open, a refresh pending, a switch under way) is simulated as before. */
 static void skip_idle_refreshes(mc_sim *sim, tick t, tick until)
@@ -370,7 +382,7 @@ static void skip_idle_refreshes(mc_sim *sim, tick t, tick until)
          * watermark, command queues empty, no reason to drain: update_drain leaves them) */
         const int w = c->txq_count[DIR_WR];
         if (c->refresh_next >= stop || c->refreshing || c->switching || c->open_mask ||
-            c->pim_row >= 0 || c->mode_ready > t || c->txq_count[DIR_RD] || c->pim_count ||
+            c->pim_row >= 0 || c->mode_ready >= t || c->txq_count[DIR_RD] || c->pim_count ||
             c->qcount[MC_PIM][0] + c->qcount[MC_PIM][1] || c->qcount[MC_HOST][DIR_RD] ||
             c->qcount[MC_HOST][DIR_WR] != w || c->pending_mask[0] | c->pending_mask[1] ||
             c->drain_left > 0 || w > k->write_low || w >= k->write_high ||
@@ -448,10 +460,12 @@ static int run(mc_sim *sim, int recs)
                                 MC_LOG_GAP_REFRESHES);
         if (recs && sim->cfg.refresh && !sim->log_on && next < NEVER &&
             next - t > 4 * (tick)sim->cfg.tREFI &&
-            (sim->outstanding == 0 || (!sim->fe_end && !sim->fe_barrier && !sim->npending)))
+            (sim->outstanding == 0 || (!sim->fe_done && !sim->fe_barrier && !sim->npending)))
             skip_idle_refreshes(sim, t, next);
-        if (recs && next >= NEVER && sim->outstanding == 0 && !sim->npending) {
-            /* every cursor waits and no work is left that could wake one */
+        if (recs && next >= NEVER && !sim->npending && (sim->outstanding == 0 || !wakeable(sim))) {
+            /* every cursor waits and no work is left that could wake one (requests still
+             * outstanding wake only a cursor blocked on a full queue or one at a barrier:
+             * writes a write buffer keeps do not make an event fire) */
             for (int k = 0; k < sim->cursors; k++)
                 if (sim->cur[k].waiting)
                     return mc_set_error(sim, MC_ERR_TRACE,

@@ -106,20 +106,11 @@ HOSTILE = st.tuples(
 RECORD = st.one_of(PLAIN, PLAIN, PLAIN, HOSTILE)
 
 
-#: KNOWN DEFECT (found 2026-12-04, issue 36's note): a hostile stream with COMPUTE records (op
-#: 8) can make the simulator step an idle gap refresh by refresh for as long as the stream's
-#: request cycles say (writes kept in the write buffer after the last records were handed in
-#: stop sim.c's skip of idle refreshes; up to 2^60 cycles: a hang). Until the skip covers kept
-#: writes, this test offers op 8 as an unknown op (255); tests/test_compute_marker.py and the
-#: C tests cover COMPUTE itself.
-COMPUTE_AS_UNKNOWN = 255
 
 
 def _records(rows):
     recs = ffi.new("mc_record[]", max(len(rows), 1))
     for r, (cycle, addr, value, op, who, param) in zip(recs, rows):
-        if op == 8:
-            op = COMPUTE_AS_UNKNOWN
         r.cycle, r.addr, r.value, r.op, r.requestor, r.param = cycle, addr, value, op, who, param
     return recs
 

@@ -862,6 +862,34 @@ static void idle_gap_both_ways(void)
     mc_free(sim);
 }
 
+/* A write the write buffer keeps (below its low watermark, nothing makes it drain) stops
+ * neither the skip of an idle gap (a read 2^50 cycles on, handed in with the last records:
+ * it was simulated refresh by refresh, a hang) nor the check for a WAIT nothing can end (it
+ * waited for the write, which only the end of the stream drains: a hang). */
+static void kept_write_neither_hangs_nor_hides_a_dead_wait(void)
+{
+    char err[256];
+    mc_config k = hbm2("authority");
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    if (!sim) { CHECK(0, "kept write config: %s", err); return; }
+    mc_record far[2] = {{0, 0x140, 0, MC_WRITE, MC_HOST, 0},
+                        {(uint64_t)1 << 50, 0x240, 0, MC_READ, MC_HOST, 0}};
+    mc_summary s;
+    CHECK(run_all(sim, far, 2) == MC_OK, "kept write, far read: %s", mc_error(sim));
+    mc_get_summary(sim, &s);
+    CHECK(s.requests == 2 && s.refreshes >= 8 * (((uint64_t)1 << 50) / 3900),
+          "kept write, far read: %llu requests, %llu refreshes", (unsigned long long)s.requests,
+          (unsigned long long)s.refreshes);
+    mc_free(sim);
+    sim = mc_new(&k, err, sizeof err);
+    if (!sim) return;
+    mc_record dead[2] = {{0, 0x140, 0, MC_WRITE, MC_HOST, 0}, {0, 0, 2, MC_WAIT, MC_HOST, 0}};
+    int rc = run_all(sim, dead, 2);
+    CHECK(rc == MC_ERR_TRACE && strstr(mc_error(sim), "WAIT for event 2, which nothing signals"),
+          "kept write, dead wait: rc %d: %s", rc, mc_error(sim));
+    mc_free(sim);
+}
+
 /* COMPUTE: the requests after it issue while it computes; a SIGNAL waits for the computing.
  * 2000 reads (about 130 cycles of bus on one stack) under a 3000-cycle COMPUTE end at 3000, the
  * same reads after a 3000-cycle DELAY after 3000 + their own time; two COMPUTEs add up. */
@@ -925,6 +953,7 @@ int main(void)
     random_configs();
     idle_gap_both_ways();
     compute_overlaps_the_requests_after_it();
+    kept_write_neither_hangs_nor_hides_a_dead_wait();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

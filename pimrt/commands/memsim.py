@@ -211,14 +211,19 @@ def summary_table(s: dict) -> str:
              f"{s['bandwidth_gbs']:.1f} GB/s ({s['host_bandwidth_pct']:.1f}% of the "
              f"{s['peak_bandwidth_gbs']:.0f} GB/s peak for host traffic), "
              f"{s['refreshes']} refreshes, {s['mode_switches']} mode switches"]
-    lines.append(f"{'requestor':<10}{'requests':>12}{'GB/s':>9}{'mean lat':>10}{'p99 lat':>9}"
-                 f"{'hit rate':>10}{'idle cyc':>12}{'blocked cyc':>13}")
+    widths = (12, 9, 10, 9, 10, 12, 13)    # each column right-aligned after at least one space
+
+    def row(first: str, cells) -> str:
+        return f"{first:<10}" + "".join(" " + c.rjust(w - 1) for c, w in zip(cells, widths))
+    lines.append(row("requestor", ("requests", "GB/s", "mean lat", "p99 lat", "hit rate",
+                                   "idle cyc", "blocked cyc")))
     for who, r in s["requestors"].items():
         if not r["requests"]:
             continue
-        lines.append(f"{who:<10}{r['requests']:>12,}{r['bandwidth_gbs']:>9.1f}"
-                     f"{r['mean_latency']:>10.1f}{r['p99_latency']:>9}{r['row_hit_rate']:>10.3f}"
-                     f"{r['cycles_idle']:>12,}{r['cycles_blocked']:>13,}")
+        lines.append(row(who, (f"{r['requests']:,}", f"{r['bandwidth_gbs']:.1f}",
+                               f"{r['mean_latency']:.1f}", f"{r['p99_latency']}",
+                               f"{r['row_hit_rate']:.3f}", f"{r['cycles_idle']:,}",
+                               f"{r['cycles_blocked']:,}")))
     lines.append(energy_line(s.get("energy_pj")))
     return "\n".join(lines)
 
