@@ -15,6 +15,7 @@ from pimrt.runtime.authority import (CRITICAL_CAP_SWITCHES, critical_parameters,
                                      slack_parameters, switch_cost, yielding_parameters)
 from pimrt.runtime.plan import list_schedule, slack, task_key
 from pimrt.runtime.schedule import Schedule, Task
+from pimrt.runtime.report import summary as report_summary
 from pimrt.runtime.timing import time_step
 
 from test_runtime import small_cnn
@@ -138,6 +139,34 @@ def test_the_slack_rule_plans_on_a_profiled_step_the_oracle_on_durations_alone()
     assert measured != alone                # contention shows in what the profile measured
     for r in runs.values():
         assert r.stats["requests"] == runs["layer"].stats["requests"]
+
+
+def test_the_default_keeps_the_shorter_of_the_two_steps_it_measured(monkeypatch, tmp_path,
+                                                                     capsys):
+    """The runtime has run the profiled step (per-layer rule) and the slack rule's: it keeps
+    the shorter, the other beside it (StepTiming.slack_step when the per-layer rule's was
+    kept), and a trace it writes is of the step kept. ResNet-18 at batch 4: the slack rule's
+    step is the shorter (2,203,545 cycles against 2,214,870); with every host task given
+    slack (the PIM's long epochs everywhere) it is 2,244,954, and the per-layer one is kept."""
+    from pimrt.runtime import plan, session
+    from pimrt.trace.step import StepTrace
+    g = session.captured("resnet18", 4, 32)
+    run = time_step(g, "authority")
+    assert run.slack_step is None and run.makespan == 2_203_545 < run.profile.makespan
+    assert report_summary(run, None, {})["authority_rule_kept"] == "slack"
+    monkeypatch.setattr(plan, "slack", lambda s, d: np.full(len(s.tasks), 10**9, np.int64))
+    sink = StepTrace(tmp_path / "kept.npy", {"model": "resnet18", "batch": 4})
+    run = time_step(g, "authority", sink=sink)
+    assert run.makespan == run.profile.makespan == 2_214_870
+    assert run.slack_step.makespan == 2_244_954 and run.authority_rule == "slack"
+    assert run.slack_step.stats["requests"] == run.stats["requests"]
+    s = report_summary(run, None, {})
+    assert s["authority_rule_kept"] == "layer" and s["speedup_vs_layer_rule"] == 1.0
+    assert s["slack_rule_makespan_cycles"] == 2_244_954
+    stats = tmp_path / "kept.stats.json"
+    assert main(["memsim", str(tmp_path / "kept.npy"), "--quiet", "--stats", str(stats)]) == 0
+    assert json.loads(stats.read_text())["cycles"] == run.stats["cycles"]   # the kept step's
+    capsys.readouterr()
 
 
 def test_marginal_shares_add_up_to_the_span_less_the_gaps():

@@ -13,6 +13,6 @@ AUTHORITY_RULES = ("slack", "slack-oracle", "layer")
 DEFAULT_AUTHORITY_RULE = "slack"
 AUTHORITY_RULE_TEXT = {
     "slack": "slack, profile-guided (task durations measured on an earlier step under the "
-             "per-layer rule)",
+             "per-layer rule; of the two steps measured, the shorter's parameters kept)",
     "slack-oracle": "slack, oracle (each task's exact duration alone, known before the step)",
     "layer": "per layer (each host layer's requests over its compute)"}

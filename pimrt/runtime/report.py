@@ -99,6 +99,12 @@ def summary(run: StepTiming, serial: StepTiming | None, meta: dict,
         out["layer_rule_step_ms"] = run.profile.seconds * 1e3
         out["speedup_vs_layer_rule"] = (run.profile.makespan / run.makespan
                                         if run.makespan else 0.0)
+        # which rule's parameters the step ran with: the slack rule's, or the profiled step's
+        # where that was the shorter of the two (the slack rule's step then beside it)
+        out["authority_rule_kept"] = "layer" if run.slack_step is not None else "slack"
+        if run.slack_step is not None:
+            out["slack_rule_makespan_cycles"] = run.slack_step.makespan
+            out["slack_rule_step_ms"] = run.slack_step.seconds * 1e3
     if run.exchange is not None:
         from pimrt.runtime.exchange import footprint
         out["update"] = run.exchange.as_dict()

@@ -41,6 +41,9 @@ class StepTiming:
     deferred: dict = dataclasses.field(default_factory=dict)  # the planned dWs: {CONV: later CONV}
     authority_rule: str | None = None   # how the authority parameters were set, if they were
     profile: "StepTiming | None" = None  # the profiled earlier step the slack rule planned on
+    # the slack rule's step when the runtime kept the profiled step's (per-layer) parameters,
+    # that step having been the shorter of the two it measured; None when it kept its own
+    slack_step: "StepTiming | None" = None
 
     @property
     def makespan(self) -> int:
@@ -500,9 +503,23 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
         from pimrt.runtime.plan import slack as task_slack, task_key
         left = task_slack(schedule, duration)
         slack = {t.id: (int(left[t.id]), duration[task_key(t)]) for t in schedule.tasks}
+    # (with a profiled step, the trace is written once the step kept is known)
+    traced = sink if profile is None else None
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
                            options, rule, layrub, exchange, placement, host_times, slack,
-                           sink=sink)
+                           sink=traced)
+    if profile is not None and profile.makespan < timing.makespan:
+        # the runtime has measured both steps, the profiled one under the per-layer rule and
+        # the slack rule's: it keeps the shorter for the steps after them
+        tried = timing
+        timing = dataclasses.replace(profile) if sink is None else time_schedule(
+            schedule, graph, p, host_part, policy, issue_width, progress, options, True,
+            layrub, exchange, placement, host_times, sink=sink)
+        timing.slack_step = tried
+    elif profile is not None and sink is not None:    # the same step again, its trace written
+        timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
+                               options, rule, layrub, exchange, placement, host_times, slack,
+                               sink=sink)
     timing.deferred = defer
     timing.authority_rule = authority_rule if rule else None
     timing.profile = profile
