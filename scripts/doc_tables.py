@@ -7,6 +7,7 @@ them, or the 3-seed markdown table).
     python scripts/doc_tables.py docs/figures/compare-amp-fp16-32.json docs/figures/compare-32.json
                                                                    # AMP beside fp32
     python scripts/doc_tables.py docs/figures/gradsa-scale.json    # the bench's own table
+    python scripts/doc_tables.py docs/figures/bench-speed.json     # pimrt bench speed's runs
 
 tests/test_docs_figures.py checks that the docs hold these tables as rendered here, so a
 figure in them is the results file's."""
@@ -167,6 +168,20 @@ def gradsa_seeds(runs: list[dict]) -> list[str]:
     return out
 
 
+def speed_table(results: dict, baseline: str) -> list[str]:
+    """`pimrt bench speed --baseline`'s runs (speed.json): each case at this build and at the
+    baseline (named `baseline`, e.g. its commit), CPU and wall seconds, peak RSS, the step."""
+    out = ["| case | build | CPU s | wall s | peak RSS | step ms | outputs |",
+           "|---|---|---|---|---|---|---|"]
+    for r in results["runs"]:
+        build = baseline if r["build"] == "baseline" else r["build"]
+        same = ("" if "same_outputs" not in r else "the same" if r["same_outputs"]
+                else "differ: " + ", ".join(r["differing"]))
+        out.append(f"| {r['case']} | {build} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | "
+                   f"{r['peak_rss_mib']:.0f} MiB | {r['step_ms']:.3f} | {same} |")
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     data = [json.load(open(a)) for a in argv]
@@ -178,7 +193,9 @@ def main(argv=None) -> int:
             print("\n".join(table(data[0])))
             print()
         return 0
-    if len(data) > 1:
+    if "runs" in data[0]:                             # pimrt bench speed's speed.json
+        print("\n".join(speed_table(data[0], "baseline")))
+    elif len(data) > 1:
         print("\n".join(gradsa_seeds(data)))
     elif "curve" in data[0]:
         print("\n".join(gradsa_curve(data[0])))

@@ -41,6 +41,13 @@ def test_the_amp_table_is_its_results_files(doc, amp, fp32):
     assert not missing, f"docs/{doc} lacks these rows of docs/figures/{amp}: {missing[:3]}"
 
 
+def test_speed_md_holds_the_bench_speed_runs():
+    text = (ROOT / "docs" / "speed.md").read_text()
+    rows = doc_tables.speed_table(json.loads((FIG / "bench-speed.json").read_text()), "baseline")
+    missing = [r for r in rows if r not in text]
+    assert not missing, f"docs/speed.md lacks these rows of docs/figures/bench-speed.json: {missing[:3]}"
+
+
 @pytest.mark.parametrize("results,table", [
     ("gradsa-scale.json", doc_tables.gradsa_scale),
     ("gradsa-curve.json", doc_tables.gradsa_curve),
