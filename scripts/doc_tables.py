@@ -1,13 +1,15 @@
 """The step and energy tables of docs/runtime.md and docs/energy.md, rendered from a
 `pimrt compare` results file (compare.json; the ones the docs quote are in docs/figures/), and
 docs/gradsa.md's bench tables from `pimrt bench gradsa --json` files (as the bench prints
-them, or the 3-seed markdown table).
+them, or the 3-seed markdown table), and docs/memctl.md's speed table, memctl against DRAMsim3
+as whole processes, from `pimrt bench memctl --dramsim3 BUILD --json` (bench-memctl.json).
 
     python scripts/doc_tables.py docs/figures/compare-32.json      # step table, energy table
     python scripts/doc_tables.py docs/figures/compare-amp-fp16-32.json docs/figures/compare-32.json
                                                                    # AMP beside fp32
     python scripts/doc_tables.py docs/figures/gradsa-scale.json    # the bench's own table
     python scripts/doc_tables.py docs/figures/bench-speed.json     # pimrt bench speed's runs
+    python scripts/doc_tables.py docs/figures/bench-memctl.json    # memctl vs DRAMsim3 speed
 
 tests/test_docs_figures.py checks that the docs hold these tables as rendered here, so a
 figure in them is the results file's."""
@@ -182,6 +184,44 @@ def speed_table(results: dict, baseline: str) -> list[str]:
     return out
 
 
+_CASE = {"hbm2": "HBM2", "ddr4": "DDR4", "stream": "stream", "random": "random",
+         "mix": "2:1 read/write"}
+
+
+def memctl_speed_table(results: dict) -> list[str]:
+    """`pimrt bench memctl --dramsim3 BUILD --json`: a line saying when, where and how, then
+    per host-only case the core's rate, `pimrt memsim`'s and DRAMsim3's whole processes on the
+    same text trace (measured side by side in the one run) and DRAMsim3's CPU time over
+    memsim's."""
+    st = results["settings"]
+    d3 = st["dramsim3"]
+    load = (f"load average {st['load_average_before'][0]:.2f} at the start, "
+            f"{st['load_average_after'][0]:.2f} at the end (1-minute)"
+            if st.get("load_average_before") and st.get("load_average_after") else "load unknown")
+    out = [f"Measured {st['date']} on {st['machine']}, {load}; `pimrt bench memctl --only "
+           f"{st['only']} --repeat {st['repeat']} --dramsim3 BUILD`, {st['requests']:,} requests "
+           f"a trace, fastest of {st['repeat']} after one untimed run, memctl and DRAMsim3 "
+           f"(commit {d3['commit']}) measured side by side in this one run.", "",
+           "| case | memctl cycles | core M req/s (CPU) | `pimrt memsim` whole process M req/s, "
+           "wall / CPU | DRAMsim3 whole process M req/s, wall / CPU | DRAMsim3 -c | DRAMsim3 CPU "
+           "s / memsim CPU s |", "|---|---|---|---|---|---|---|"]
+    for r in results["rows"]:
+        m = r.get("dramsim3")
+        if not m:
+            continue
+        part, pattern = r["case"].split("-", 1)
+        out.append(f"| {_CASE.get(part, part)} {_CASE.get(pattern, pattern)}, W={r['issue_width']}"
+                   f" | {r['cycles']:,} | {r['sim_requests_per_s'] / 1e6:.2f} | "
+                   f"{r['process_requests_per_s'] / 1e6:.2f} / "
+                   f"{r['process_requests_per_cpu_s'] / 1e6:.2f} | "
+                   f"{m['requests_per_s'] / 1e6:.2f} / {m['requests_per_cpu_s'] / 1e6:.2f} | "
+                   f"{m['cycles_arg']:,} | {r['process_vs_dramsim3_cpu']:.1f}x |")
+    x = [r["process_vs_dramsim3_cpu"] for r in results["rows"] if r.get("dramsim3")]
+    out += ["", f"DRAMsim3's whole process used {min(x):.1f}x to {max(x):.1f}x the CPU seconds "
+                f"of `pimrt memsim`'s on the same trace."]
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     data = [json.load(open(a)) for a in argv]
@@ -195,6 +235,8 @@ def main(argv=None) -> int:
         return 0
     if "runs" in data[0]:                             # pimrt bench speed's speed.json
         print("\n".join(speed_table(data[0], "baseline")))
+    elif "dramsim3" in data[0].get("settings", {}):      # pimrt bench memctl --json
+        print("\n".join(memctl_speed_table(data[0])))
     elif len(data) > 1:
         print("\n".join(gradsa_seeds(data)))
     elif "curve" in data[0]:

@@ -82,3 +82,19 @@ def test_precision_md_holds_the_functional_amp_table():
     assert len(rows) == 12
     missing = [r for r in rows[2:] if r not in text]
     assert not missing, f"docs/precision.md lacks these rows of functional-amp.json: {missing[:3]}"
+
+
+def test_memctl_md_holds_the_speed_table():
+    """docs/memctl.md "Speed": memctl against DRAMsim3 as whole processes, the table of
+    docs/figures/bench-memctl.json (`pimrt bench memctl --dramsim3`), its line of when and
+    where included."""
+    results = json.loads((FIG / "bench-memctl.json").read_text())
+    rows = doc_tables.memctl_speed_table(results)
+    assert results["settings"]["dramsim3"] and len(rows) >= 5
+    text = (ROOT / "docs" / "memctl.md").read_text()
+    words = " ".join(text.split())     # the lines of when and where, and the ratio, may wrap
+    for line in (rows[0], rows[-1]):
+        assert " ".join(line.split()) in words, f"docs/memctl.md lacks: {line}"
+    missing = [r for r in rows[2:-2] if r not in text]
+    assert not missing, f"docs/memctl.md lacks these lines of docs/figures/bench-memctl.json: " \
+                        f"{missing[:3]}"
