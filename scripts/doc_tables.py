@@ -9,6 +9,7 @@ as whole processes, from `pimrt bench memctl --dramsim3 BUILD --json` (bench-mem
                                                                    # AMP beside fp32
     python scripts/doc_tables.py docs/figures/gradsa-scale.json    # the bench's own table
     python scripts/doc_tables.py docs/figures/bench-speed.json     # pimrt bench speed's runs
+    python scripts/doc_tables.py docs/figures/sensitivity.csv      # the sensitivity study
     python scripts/doc_tables.py docs/figures/bench-memctl.json    # memctl vs DRAMsim3 speed
 
 tests/test_docs_figures.py checks that the docs hold these tables as rendered here, so a
@@ -222,8 +223,41 @@ def memctl_speed_table(results: dict) -> list[str]:
     return out
 
 
+def sensitivity_table(rows: list[dict]) -> list[str]:
+    """A sweep's results.csv (the sensitivity study, docs/sweep-sensitivity.toml) as the
+    model-by-variant table of docs/runtime.md: each cell the authority step, its speedup over
+    GPU-only / serial and step / bound; the means; the mean energy over GPU-only / serial."""
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    by = {(r["model"], r["variant"]): r for r in rows}
+    f = lambda r, k: float(r[k])                                   # noqa: E731
+    out = ["| model | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
+    for m in models:
+        cells = [f"{f(r, 'step_ms'):.2f} ms: {f(r, 'speedup_vs_gpu_only'):.2f}x / "
+                 f"{f(r, 'speedup_vs_serial'):.2f}x / {f(r, 'step_vs_bound'):.3f}"
+                 for r in (by[(m, v)] for v in variants)]
+        out.append(f"| {m} | " + " | ".join(cells) + " |")
+    means, energy = [], []
+    for v in variants:
+        rs = [by[(m, v)] for m in models if (m, v) in by]
+        n = len(rs)
+        means.append(f"{sum(f(r, 'speedup_vs_gpu_only') for r in rs) / n:.3f}x / "
+                     f"{sum(f(r, 'speedup_vs_serial') for r in rs) / n:.3f}x / "
+                     f"{sum(f(r, 'step_vs_bound') for r in rs) / n:.3f} ({n} nets)")
+        energy.append(f"{sum(f(r, 'energy_mj.vs_gpu_only') for r in rs) / n:.3f} / "
+                      f"{sum(f(r, 'energy_mj.vs_serial') for r in rs) / n:.3f}")
+    out.append("| mean | " + " | ".join(means) + " |")
+    out.append("| energy vs GPU-only / serial (mean) | " + " | ".join(energy) + " |")
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[0].endswith(".csv"):                      # a sweep's results.csv
+        import csv
+        with open(argv[0], newline="") as fh:
+            print("\n".join(sensitivity_table(list(csv.DictReader(fh)))))
+        return 0
     data = [json.load(open(a)) for a in argv]
     if isinstance(data[0], list) and len(data) == 2:  # an AMP compare.json and the fp32 one
         print("\n".join(amp_table(data[0], data[1])))

@@ -41,6 +41,15 @@ def test_the_amp_table_is_its_results_files(doc, amp, fp32):
     assert not missing, f"docs/{doc} lacks these rows of docs/figures/{amp}: {missing[:3]}"
 
 
+def test_runtime_md_holds_the_sensitivity_study():
+    import csv
+    with open(FIG / "sensitivity.csv", newline="") as fh:
+        rows = doc_tables.sensitivity_table(list(csv.DictReader(fh)))
+    text = (ROOT / "docs" / "runtime.md").read_text()
+    missing = [r for r in rows if r not in text]
+    assert not missing, f"docs/runtime.md lacks these rows of docs/figures/sensitivity.csv: {missing[:2]}"
+
+
 def test_speed_md_holds_the_bench_speed_runs():
     text = (ROOT / "docs" / "speed.md").read_text()
     rows = doc_tables.speed_table(json.loads((FIG / "bench-speed.json").read_text()), "baseline")
