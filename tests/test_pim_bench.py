@@ -57,6 +57,11 @@ def test_bench_runs_and_writes_json(tmp_path, capsys):
     assert r["relu_fwd", 16]["ratio_driver_over_pyverilator"] > 1      # pyverilator at 16 too
     assert all(isinstance(x["meets_target"], bool) for x in doc["results"])
     assert "kernels at 20 M elements/s or more" in text
+    st = doc["settings"]                  # when, where and how, for the docs' tables
+    assert "UTC" in st["date"] and "CPUs" in st["machine"]
+    assert len(st["load_average_before"]) == 3 and len(st["load_average_after"]) == 3
+    assert (st["elements"], st["repeat"], st["lanes"], st["rows"]) == (40000, 1, "8,16", 8)
+    assert st["units"] >= 1 and st["pyverilator"] and st["pv_elements"] == 512
 
 
 def test_bench_arguments_are_checked_before_any_build(capsys):

@@ -123,6 +123,7 @@ def run(args) -> int:
         raise PimError(f"--baseline-hw: no directory {args.baseline_hw}")
     print(f"building / loading the RTL models (cached under {os.environ.get('PIMRT_CACHE', '~/.cache/pimrt')}) ...",
           flush=True)
+    settings = _settings(args)
     load0 = os.getloadavg()[0]
     from pimrt.pim.driver import default_units
     for what, n in (("--units", args.units), ("--baseline-units", args.baseline_units)):
@@ -134,11 +135,13 @@ def run(args) -> int:
     for lanes in lane_counts:
         rows_out += _measure(names, lanes, rows, cols, args)
     load1 = os.getloadavg()[0]
+    settings.update(load_average_after=_loadavg(), units=units,
+                    baseline_units=base_units if args.baseline_hw else None)
     _report(rows_out, lane_counts, rows, cols, args, (load0, load1), (units, base_units))
     doc = {"lanes": lane_counts, "bank_rows": rows, "bank_cols": cols, "units": units,
            "baseline_units": base_units if args.baseline_hw else None,
            "baseline_hw": args.baseline_hw, "target_elements_per_s": TARGET_RATE,
-           "load_average": [load0, load1], "results": rows_out}
+           "load_average": [load0, load1], "settings": settings, "results": rows_out}
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=2)
@@ -146,6 +149,37 @@ def run(args) -> int:
     if args.update_cycles:
         _update_table(rows_out, lane_counts, rows, cols, args)
     return 0
+
+
+def _loadavg():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _settings(args) -> dict:
+    """When, where and how: the date, the machine and its load before the run, the
+    command's settings (the load after and the units are added when the run ends)."""
+    import datetime
+    import platform
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{os.cpu_count()} CPUs, {cpu} ({platform.system()} {platform.machine()})",
+            "load_average_before": _loadavg(),
+            "kernels": args.kernels, "elements": args.elements, "repeat": args.repeat,
+            "lanes": args.lanes, "rows": args.rows, "units_asked": args.units,
+            "pyverilator": not args.no_pyverilator,
+            "pv_elements": None if args.no_pyverilator else args.pv_elements,
+            "baseline_hw": args.baseline_hw}
 
 
 def _report(rows_out, lane_counts, rows: int, cols: int, args, loads, units) -> None:
