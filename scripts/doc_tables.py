@@ -223,6 +223,52 @@ def memctl_speed_table(results: dict) -> list[str]:
     return out
 
 
+def pim_speed_table(results: dict) -> list[str]:
+    """`pimrt bench pim --json`: a line saying when, where and how, then per kernel its M
+    elements a second through the batch driver at each lane count, by the wall clock and per
+    CPU-second of the process, and whether the target (issue 26: 20 M/s) is met by each, then
+    a line per lane count with the kernels that meet it."""
+    st = results["settings"]
+    lanes = results["lanes"]
+    target = results["target_elements_per_s"]
+    load = (f"load average {st['load_average_before'][0]:.2f} at the start, "
+            f"{st['load_average_after'][0]:.2f} at the end (1-minute)"
+            if st.get("load_average_before") and st.get("load_average_after") else "load unknown")
+    cmd = (f"pimrt bench pim --lanes {st['lanes']} --elements {st['elements']} --repeat "
+           f"{st['repeat']}" + ("" if st["kernels"] == "all" else f" --kernels {st['kernels']}")
+           + (f" --units {st['units_asked']}" if st.get("units_asked") else "")
+           + ("" if st["pyverilator"] else " --no-pyverilator") + " --json FILE")
+    out = [f"Measured {st['date']} on {st['machine']}, {load}; `{cmd}`: {st['elements']:,} "
+           f"elements a kernel, the fastest of {st['repeat']}, on {st['units']} Verilated "
+           f"unit(s) at once; wall = elements per wall-clock second, cpu = per second of the "
+           f"process's CPU time (all its threads), both in millions.", "",
+           "| kernel | " + " | ".join(f"{n} lanes wall / cpu" for n in lanes)
+           + f" | {target / 1e6:.0f} M/s by wall clock, {' / '.join(map(str, lanes))} lanes"
+           f" | {target / 1e6:.0f} M/s per CPU-second, {' / '.join(map(str, lanes))} lanes |",
+           "|---|" + "---|" * (len(lanes) + 2)]
+    by = {(r["kernel"], r["lanes"]): r for r in results["results"]}
+    names = list(dict.fromkeys(r["kernel"] for r in results["results"]))
+    met = lambda r, k: "-" if r is None else "met" if r[k] >= target else "short"  # noqa: E731
+    for name in names:
+        rs = [by.get((name, n)) for n in lanes]
+        cells = [f"{r['driver_elements_per_s'] / 1e6:.2f} / {r['driver_elements_per_cpu_s'] / 1e6:.2f}"
+                 if r else "-" for r in rs]
+        out.append(f"| {name} | " + " | ".join(cells)
+                   + f" | {' / '.join(met(r, 'driver_elements_per_s') for r in rs)}"
+                   f" | {' / '.join(met(r, 'driver_elements_per_cpu_s') for r in rs)} |")
+    fp32 = [n for n in names if not n.endswith(("_f16", "_bf16"))]
+    out.append("")
+    for n in lanes:
+        def count(key, among):
+            return sum(1 for k in among if (k, n) in by and by[k, n][key] >= target)
+        out.append(f"At {n} lanes {count('driver_elements_per_s', names)} of {len(names)} "
+                   f"kernels reach {target / 1e6:.0f} M elements/s by the wall clock and "
+                   f"{count('driver_elements_per_cpu_s', names)} per CPU-second; of the "
+                   f"{len(fp32)} fp32 ones, {count('driver_elements_per_s', fp32)} and "
+                   f"{count('driver_elements_per_cpu_s', fp32)}.")
+    return out
+
+
 def sensitivity_table(rows: list[dict]) -> list[str]:
     """A sweep's results.csv (the sensitivity study, docs/sweep-sensitivity.toml) as the
     model-by-variant table of docs/runtime.md: each cell the authority step, its speedup over
@@ -271,6 +317,8 @@ def main(argv=None) -> int:
         print("\n".join(speed_table(data[0], "baseline")))
     elif "dramsim3" in data[0].get("settings", {}):      # pimrt bench memctl --json
         print("\n".join(memctl_speed_table(data[0])))
+    elif "target_elements_per_s" in data[0]:           # pimrt bench pim --json
+        print("\n".join(pim_speed_table(data[0])))
     elif len(data) > 1:
         print("\n".join(gradsa_seeds(data)))
     elif "curve" in data[0]:

@@ -107,3 +107,33 @@ def test_memctl_md_holds_the_speed_table():
     missing = [r for r in rows[2:-2] if r not in text]
     assert not missing, f"docs/memctl.md lacks these lines of docs/figures/bench-memctl.json: " \
                         f"{missing[:3]}"
+
+
+def test_pim_md_holds_the_batch_driver_speed_table():
+    """docs/pim.md "Speed through the batch driver": the per-kernel M elements/s table, its
+    line of when and where and its lines of kernels at the target are
+    docs/figures/bench-pim.json (`pimrt bench pim --json`) as doc_tables.pim_speed_table
+    renders it; the figures and verdicts of this run the prose below quotes are the file's."""
+    results = json.loads((FIG / "bench-pim.json").read_text())
+    rows = doc_tables.pim_speed_table(results)
+    table = [r for r in rows if r.startswith("|")]
+    assert len(table) == 2 + len({r["kernel"] for r in results["results"]}) >= 19
+    text = (ROOT / "docs" / "pim.md").read_text()
+    section = text[text.index("### Speed through the batch driver"):]
+    section = section[:section.index("What changed, each measured")]
+    missing = [r for r in table if r not in section.splitlines()]
+    assert not missing, f"docs/pim.md lacks these rows of docs/figures/bench-pim.json: {missing[:3]}"
+    words = " ".join(section.split())  # the lines of when and where, and of counts, may wrap
+    for line in [rows[0]] + [r for r in rows if r.startswith("At ")]:
+        assert " ".join(line.split()) in words, f"docs/pim.md lacks: {line}"
+    by = {(r["kernel"], r["lanes"]): r for r in results["results"]}
+    target = results["target_elements_per_s"]
+    sgd = [by["sgd", n]["driver_elements_per_cpu_s"] / 1e6 for n in (8, 16)]
+    assert f"measured 7.9 then, {sgd[0]:.2f} in the run above" in words
+    assert f"{sgd[0]:.2f} -> {sgd[1]:.2f} in the run above" in words
+    # "residual_add ... meets the target at both lane counts in the run above"
+    assert all(by["residual_add", n]["driver_elements_per_s"] >= target for n in (8, 16))
+    # "sgd_apply ... sits at the target, on either side of it"
+    rates = [by["sgd_apply", n][k] for n in (8, 16)
+             for k in ("driver_elements_per_s", "driver_elements_per_cpu_s")]
+    assert min(rates) < target <= max(rates) < 1.25 * target
