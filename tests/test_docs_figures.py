@@ -131,6 +131,10 @@ def test_pim_md_holds_the_batch_driver_speed_table():
     sgd = [by["sgd", n]["driver_elements_per_cpu_s"] / 1e6 for n in (8, 16)]
     assert f"measured 7.9 then, {sgd[0]:.2f} in the run above" in words
     assert f"{sgd[0]:.2f} -> {sgd[1]:.2f} in the run above" in words
+    x = sorted(r["driver_elements_per_s"] / r["driver_elements_per_cpu_s"]
+               for r in results["results"])
+    assert f"the wall-clock rates are {x[0]:.2f}-{x[-1]:.2f}x the CPU ones (median " \
+           f"{(x[(len(x) - 1) // 2] + x[len(x) // 2]) / 2:.2f})" in words
     # "residual_add ... meets the target at both lane counts in the run above"
     assert all(by["residual_add", n]["driver_elements_per_s"] >= target for n in (8, 16))
     # "sgd_apply ... sits at the target, on either side of it"
