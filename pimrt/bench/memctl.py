@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 
+from pimrt.bench._machine import loadavg, when_where
+
 HELP = ("memctl on synthetic traces (stream, random, 2:1 read/write, host+PIM) on HBM2 and "
         "DDR4: simulated requests per second (the core, and `pimrt memsim` on the trace as a "
         "DRAMsim3 text file as a whole process), bandwidth, latency, row hits, and cycles "
@@ -131,36 +133,17 @@ def run(args) -> int:
         rows.append(row)
         _print_row(row, first=len(rows) == 1, dramsim3=bool(dramsim3))
     tmp.cleanup()
-    settings["load_average_after"] = _loadavg()
+    settings["load_average_after"] = loadavg()
     if args.json:
         args.json.write_text(json.dumps({"settings": settings, "rows": rows}, indent=2) + "\n")
     return 0
 
 
-def _loadavg():
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 def _settings(args, dramsim3) -> dict:
     """When, where and how: the date, the machine and its load, the command's settings."""
-    import datetime
-    import platform
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{os.cpu_count()} CPUs, {cpu}",
-            "load_average_before": _loadavg(),
-            "requests": args.requests, "repeat": args.repeat, "only": args.only,
-            "dramsim3": dramsim3}
+    return {**when_where(), "requests": args.requests, "repeat": args.repeat,
+            "only": args.only, "dramsim3": dramsim3}
+
 
 
 def find_dramsim3(path: pathlib.Path) -> dict:

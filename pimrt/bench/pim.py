@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 
+from pimrt.bench._machine import loadavg, when_where
+
 HELP = ("PIM unit kernels: elements per wall-second through the batch driver (C++) and "
         "through per-cycle pyverilator driving, and cycles per element")
 
@@ -135,7 +137,7 @@ def run(args) -> int:
     for lanes in lane_counts:
         rows_out += _measure(names, lanes, rows, cols, args)
     load1 = os.getloadavg()[0]
-    settings.update(load_average_after=_loadavg(), units=units,
+    settings.update(load_average_after=loadavg(), units=units,
                     baseline_units=base_units if args.baseline_hw else None)
     _report(rows_out, lane_counts, rows, cols, args, (load0, load1), (units, base_units))
     doc = {"lanes": lane_counts, "bank_rows": rows, "bank_cols": cols, "units": units,
@@ -151,35 +153,16 @@ def run(args) -> int:
     return 0
 
 
-def _loadavg():
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 def _settings(args) -> dict:
     """When, where and how: the date, the machine and its load before the run, the
     command's settings (the load after and the units are added when the run ends)."""
-    import datetime
-    import platform
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{os.cpu_count()} CPUs, {cpu} ({platform.system()} {platform.machine()})",
-            "load_average_before": _loadavg(),
+    return {**when_where(),
             "kernels": args.kernels, "elements": args.elements, "repeat": args.repeat,
             "lanes": args.lanes, "rows": args.rows, "units_asked": args.units,
             "pyverilator": not args.no_pyverilator,
             "pv_elements": None if args.no_pyverilator else args.pv_elements,
             "baseline_hw": args.baseline_hw}
+
 
 
 def _report(rows_out, lane_counts, rows: int, cols: int, args, loads, units) -> None:
