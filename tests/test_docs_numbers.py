@@ -255,3 +255,24 @@ def test_gradsa_index_codec_table():
     text = _text("gradsa.md").splitlines()
     missing = [r for r in _index_rows() if r not in text]
     assert not missing, missing
+
+
+def test_gradsa_auto_index_codec_on_resnet18():
+    """gradsa.md: at density 0.002, `auto` picks rice for ResNet-18's layers of 30,000
+    elements or more and varint for those with one or two values (five random draws)."""
+    from pimrt import zoo
+    from pimrt.gradsa import encoding
+    net = zoo.build("resnet18", input_size=32, device="meta")
+    sizes = [p.numel() for p in net.parameters()]
+    assert "every layer of 30,000 elements or more" in _text("gradsa.md")
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        for numel in sizes:
+            k = max(1, round(numel * 0.002))
+            idx = np.sort(rng.choice(numel, k, replace=False))
+            codec, _ = encoding.encode_indices(idx, numel, "auto")
+            if numel >= 30_000:
+                assert codec == "rice", (numel, seed, codec)
+            if k <= 2:
+                assert codec == "varint", (numel, seed, codec)
+    assert sum(n >= 30_000 for n in sizes) == 18
