@@ -503,23 +503,18 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
         from pimrt.runtime.plan import slack as task_slack, task_key
         left = task_slack(schedule, duration)
         slack = {t.id: (int(left[t.id]), duration[task_key(t)]) for t in schedule.tasks}
-    # (with a profiled step, the trace is written once the step kept is known)
-    traced = sink if profile is None else None
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
                            options, rule, layrub, exchange, placement, host_times, slack,
-                           sink=traced)
+                           sink=sink)
     if profile is not None and profile.makespan < timing.makespan:
         # the runtime has measured both steps, the profiled one under the per-layer rule and
-        # the slack rule's: it keeps the shorter for the steps after them
+        # the slack rule's: it keeps the shorter for the steps after them (a trace being
+        # written: that step run again, its trace written over the slack rule's step's)
         tried = timing
         timing = dataclasses.replace(profile) if sink is None else time_schedule(
             schedule, graph, p, host_part, policy, issue_width, progress, options, True,
             layrub, exchange, placement, host_times, sink=sink)
         timing.slack_step = tried
-    elif profile is not None and sink is not None:    # the same step again, its trace written
-        timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
-                               options, rule, layrub, exchange, placement, host_times, slack,
-                               sink=sink)
     timing.deferred = defer
     timing.authority_rule = authority_rule if rule else None
     timing.profile = profile
