@@ -29,3 +29,30 @@ def when_where() -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{os.cpu_count()} CPUs, {cpu} ({platform.system()} {platform.machine()})",
             "load_average_before": loadavg()}
+
+
+def run_timed(cmd: list, cwd, stdout, stderr, env: dict | None = None,
+              timeout: float | None = None):
+    """Run cmd as a child process and wait for it: (wall seconds, its resource usage from
+    os.wait4 (user and system CPU, peak RSS), exit code, whether the timeout killed it).
+    OSError when it cannot start."""
+    import subprocess
+    import threading
+    import time
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+    killed = threading.Event()
+    timer = None
+    if timeout is not None:
+        def kill():
+            killed.set()
+            proc.kill()
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        if timer is not None:
+            timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)     # reaped here, not by Popen
+    return time.perf_counter() - t, usage, proc.returncode, killed.is_set()

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from pimrt.bench._machine import loadavg, when_where
+from pimrt.bench._machine import loadavg, run_timed, when_where
 
 HELP = ("memctl on synthetic traces (stream, random, 2:1 read/write, host+PIM) on HBM2 and "
         "DDR4: simulated requests per second (the core, and `pimrt memsim` on the trace as a "
@@ -254,34 +254,19 @@ def run_dramsim3(d3: dict, config: str, trace: pathlib.Path, cycles: int, reques
 def _wait_timed(cmd: list, cwd: pathlib.Path, timeout: float, name: str):
     """Run cmd; its wall seconds, CPU seconds (user + system of the child, from os.wait4),
     exit code and stderr. A PimrtError when it cannot start or runs past timeout."""
-    import threading
     from pimrt.errors import PimrtError
     err_path = cwd / "stderr.txt"
     with open(err_path, "w") as err:
-        t = time.perf_counter()
         try:
-            proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+            wall, usage, code, killed = run_timed(cmd, cwd, subprocess.DEVNULL, err,
+                                                  timeout=timeout)
         except OSError as exc:
             raise PimrtError(f"{name}: DRAMsim3 ({cmd[0]}) did not start: "
                              f"{exc.strerror or exc}") from None
-        killed = threading.Event()
-
-        def kill():
-            killed.set()
-            proc.kill()
-        timer = threading.Timer(timeout, kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        wall = time.perf_counter() - t
-        proc.returncode = os.waitstatus_to_exitcode(status)   # reaped here, not by Popen
-    if killed.is_set():
+    if killed:
         raise PimrtError(f"{name}: DRAMsim3 ({' '.join(cmd)}) ran past {timeout:g} s and was "
                          f"stopped")
-    return wall, usage.ru_utime + usage.ru_stime, proc.returncode, \
-        err_path.read_text(errors="replace")
+    return wall, usage.ru_utime + usage.ru_stime, code, err_path.read_text(errors="replace")
 
 
 def _process(path: pathlib.Path, part: str, policy: str, width: int, repeat: int, name: str,

@@ -126,7 +126,7 @@ def run(args) -> int:
     print(f"building / loading the RTL models (cached under {os.environ.get('PIMRT_CACHE', '~/.cache/pimrt')}) ...",
           flush=True)
     settings = _settings(args)
-    load0 = os.getloadavg()[0]
+    load0 = settings["load_average_before"][0]
     from pimrt.pim.driver import default_units
     for what, n in (("--units", args.units), ("--baseline-units", args.baseline_units)):
         if n is not None and n < 1:
@@ -136,9 +136,9 @@ def run(args) -> int:
     rows_out = []
     for lanes in lane_counts:
         rows_out += _measure(names, lanes, rows, cols, args)
-    load1 = os.getloadavg()[0]
     settings.update(load_average_after=loadavg(), units=units,
                     baseline_units=base_units if args.baseline_hw else None)
+    load1 = settings["load_average_after"][0]
     _report(rows_out, lane_counts, rows, cols, args, (load0, load1), (units, base_units))
     doc = {"lanes": lane_counts, "bank_rows": rows, "bank_cols": cols, "units": units,
            "baseline_units": base_units if args.baseline_hw else None,

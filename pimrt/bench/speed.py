@@ -10,7 +10,8 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
+
+from pimrt.bench._machine import run_timed
 
 HELP = ("simulator speed: CPU seconds and peak memory of pimrt run (ResNet-50 224x224 and a "
         "32x32 case) at this build and, with --baseline DIR, at another checkout")
@@ -86,23 +87,18 @@ def timed(root: pathlib.Path, argv: list[str], out: pathlib.Path) -> dict:
     """One `pimrt ARGV --out OUT/result` of the pimrt at `root` in a subprocess: its exit
     code, CPU seconds (user + system), wall seconds, peak RSS."""
     out.mkdir(parents=True, exist_ok=True)
-    wall = time.perf_counter()
     with open(out / "stdout.txt", "w") as so, open(out / "stderr.txt", "w") as se:
-        proc = subprocess.Popen([sys.executable, "-m", "pimrt", *argv, "--out",
-                                 str(out / "result")], cwd=root, env=_env(root), stdout=so,
-                                stderr=se)
-        _, status, ru = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    result = {"exit": proc.returncode, "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+        wall, ru, code, _ = run_timed([sys.executable, "-m", "pimrt", *argv, "--out",
+                                       str(out / "result")], root, so, se, env=_env(root))
+    result = {"exit": code, "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
               "user_s": round(ru.ru_utime, 2), "system_s": round(ru.ru_stime, 2),
-              "wall_s": round(time.perf_counter() - wall, 2),
-              "peak_rss_mib": round(ru.ru_maxrss / 1024, 1)}
-    if proc.returncode == 0:
+              "wall_s": round(wall, 2), "peak_rss_mib": round(ru.ru_maxrss / 1024, 1)}
+    if code == 0:
         s = json.loads((out / "result" / "summary.json").read_text())
         result.update(makespan_cycles=s["makespan_cycles"], step_ms=s["step_ms"])
     else:
         err = [ln for ln in (out / "stderr.txt").read_text().splitlines() if ln.strip()]
-        result["error"] = err[-1] if err else f"exit {proc.returncode}"
+        result["error"] = err[-1] if err else f"exit {code}"
     return result
 
 
