@@ -114,6 +114,43 @@ def amp_functional_lines(f: dict) -> None:
               "(docs/precision.md)", file=sys.stderr)
 
 
+def fp32_functional_lines(f: dict, backend: str) -> None:
+    """What `pimrt run` prints of an fp32 functional step (pimrt.runtime.functional)."""
+    print(f"functional step ({backend} backend): max |loss diff| "
+          f"{f['loss_abs_diff']:.3g}, max grad rel. diff {f['max_grad_rel_diff']:.3g}, "
+          f"groups agree: {f['groups_equal']}  ({f['wall_s']:.1f} s, torch step "
+          f"{f['torch_wall_s']:.2f} s)")
+    flips = f.get("relu_mask_flips", 0)
+    grad = f.get("max_grad_rel_diff_same_masks", f["max_grad_rel_diff"])
+    if flips:
+        hard = f.get("relu_mask_hard_flips", 0)
+        print(f"  {flips} ReLU / ReLU6 decision(s) differ from torch's ({flips - hard} at "
+              f"activations within rounding of the threshold, {hard} farther); with the "
+              f"PIM's decisions torch's gradients agree to {grad:.3g}")
+    u = f.get("update_check")
+    if u:
+        print(f"  {u['update']} update on the PIM vs pimrt.gradsa in torch on the same "
+              f"gradients: parameters within {u['max_param_rel_diff']:.3g}, residuals within "
+              f"{u['max_residual_rel_diff']:.3g} ({u['kept_elements']} elements kept at "
+              f"density {u['density']:.3g})")
+    judged = f.get("judged_by_float64") or {}
+    if judged:
+        worst = max(j["pim_vs_float64"] / max(j["torch_vs_float64"], 1e-300)
+                    for j in judged.values())
+        print(f"  {len(judged)} gradient(s) differ from torch's float32 step by more than "
+              f"1e-4; against a float64 step the PIM's error in them is at most "
+              f"{worst:.2g}x torch's own")
+    if f["loss_abs_diff"] > 1e-5 or not f.get("grads_within_tolerance", grad <= 1e-4) or \
+            not f["groups_equal"] or \
+            (u and (u["max_param_rel_diff"] > 1e-6 or u["max_residual_rel_diff"] > 1e-6)):
+        print("warning: the PIM step is outside the documented tolerance (loss 1e-5, "
+              "gradients 1e-4 relative with the same ReLU masks or, where torch's float32 "
+              "gradient is rounding noise, within 4x its distance from float64; a GradSA "
+              "update 1e-6; "
+              "docs/runtime.md)",
+              file=sys.stderr)
+
+
 def run(args) -> int:
     from pimrt.memctl import POLICIES
     from pimrt.errors import ConfigError
@@ -174,40 +211,8 @@ def run(args) -> int:
         meta["functional"] = f
         if args.precision != "fp32":
             amp_functional_lines(f)
-    if args.functional != "none" and args.precision == "fp32":
-        print(f"functional step ({args.functional} backend): max |loss diff| "
-              f"{f['loss_abs_diff']:.3g}, max grad rel. diff {f['max_grad_rel_diff']:.3g}, "
-              f"groups agree: {f['groups_equal']}  ({f['wall_s']:.1f} s, torch step "
-              f"{f['torch_wall_s']:.2f} s)")
-        flips = f.get("relu_mask_flips", 0)
-        grad = f.get("max_grad_rel_diff_same_masks", f["max_grad_rel_diff"])
-        if flips:
-            hard = f.get("relu_mask_hard_flips", 0)
-            print(f"  {flips} ReLU / ReLU6 decision(s) differ from torch's ({flips - hard} at "
-                  f"activations within rounding of the threshold, {hard} farther); with the "
-                  f"PIM's decisions torch's gradients agree to {grad:.3g}")
-        u = f.get("update_check")
-        if u:
-            print(f"  {u['update']} update on the PIM vs pimrt.gradsa in torch on the same "
-                  f"gradients: parameters within {u['max_param_rel_diff']:.3g}, residuals within "
-                  f"{u['max_residual_rel_diff']:.3g} ({u['kept_elements']} elements kept at "
-                  f"density {u['density']:.3g})")
-        judged = f.get("judged_by_float64") or {}
-        if judged:
-            worst = max(j["pim_vs_float64"] / max(j["torch_vs_float64"], 1e-300)
-                        for j in judged.values())
-            print(f"  {len(judged)} gradient(s) differ from torch's float32 step by more than "
-                  f"1e-4; against a float64 step the PIM's error in them is at most "
-                  f"{worst:.2g}x torch's own")
-        if f["loss_abs_diff"] > 1e-5 or not f.get("grads_within_tolerance", grad <= 1e-4) or \
-                not f["groups_equal"] or \
-                (u and (u["max_param_rel_diff"] > 1e-6 or u["max_residual_rel_diff"] > 1e-6)):
-            print("warning: the PIM step is outside the documented tolerance (loss 1e-5, "
-                  "gradients 1e-4 relative with the same ReLU masks or, where torch's float32 "
-                  "gradient is rounding noise, within 4x its distance from float64; a GradSA "
-                  "update 1e-6; "
-                  "docs/runtime.md)",
-                  file=sys.stderr)
+        else:
+            fp32_functional_lines(f, args.functional)
     meta["layrub"] = args.layrub
     sink, gpu_sink = trace_sinks(args, meta)
     serial = session.timed(graph, "serial", 1, args.part, args.host_part, args.quiet, "serial",
