@@ -266,6 +266,62 @@ def pim_speed_table(results: dict) -> list[str]:
                    f"{count('driver_elements_per_cpu_s', names)} per CPU-second; of the "
                    f"{len(fp32)} fp32 ones, {count('driver_elements_per_s', fp32)} and "
                    f"{count('driver_elements_per_cpu_s', fp32)}.")
+    for n in lanes:
+        ratios = [by[k, n]["ratio_driver_over_pyverilator"] for k in names
+                  if (k, n) in by and by[k, n].get("ratio_driver_over_pyverilator")]
+        if ratios:
+            out.append(f"At {n} lanes the batch driver runs {min(ratios):.0f}x to "
+                       f"{max(ratios):.0f}x the elements a second of per-cycle pyverilator "
+                       f"driving ({st['pv_elements']:,} elements a kernel) on {len(ratios)} "
+                       f"kernels: {sum(r >= 50 for r in ratios)} of them at 50x or more.")
+    return out
+
+
+def pim_ops_table(results: dict) -> list[str]:
+    """`pimrt bench pim_ops --json`: a line saying when, where and how, then per instruction
+    and lane count the unit's clocks per CPU-second, the CPU ns a clock and a lane's share."""
+    st = results["settings"]
+    load = (f"load average {st['load_average_before'][0]:.2f} at the start, "
+            f"{st['load_average_after'][0]:.2f} at the end (1-minute)"
+            if st.get("load_average_before") and st.get("load_average_after") else "load unknown")
+    cmd = f"pimrt bench pim_ops --lanes {st['lanes']} --clocks {st['clocks']} --json FILE"
+    lanes = list(dict.fromkeys(r["lanes"] for r in results["rows"]))
+    out = [f"Measured {st['date']} on {st['machine']}, {load}; `{cmd}`: M clocks per second of "
+           f"the process's CPU time / CPU ns a clock / ns a lane (a clock's ns less those of "
+           f"`MOV G, B`, over the lanes).", "",
+           "| instruction | " + " | ".join(f"{n} lanes" for n in lanes) + " |",
+           "|---|" + "---|" * len(lanes)]
+    by = {(r["instruction"], r["lanes"]): r for r in results["rows"]}
+    for name in dict.fromkeys(r["instruction"] for r in results["rows"]):
+        cells = []
+        for n in lanes:
+            r = by.get((name, n))
+            lane = "-" if r is None or r["ns_per_lane"] is None else f"{r['ns_per_lane']:.2f}"
+            cells.append("-" if r is None else f"{r['clocks_per_cpu_s'] / 1e6:.2f} / "
+                         f"{r['ns_per_clock']:.1f} / {lane}")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out
+
+
+def pim16_table(results: dict) -> list[str]:
+    """`pimrt bench pim16 --json`: a line saying when, where and how, then per op, dtype and
+    lane count the unit's cycles per element and the elements a second through the batch
+    driver (by the wall clock and per CPU-second), and whether the RTL equalled the golden
+    model."""
+    st = results["settings"]
+    load = (f"load average {st['load_average_before'][0]:.2f} at the start, "
+            f"{st['load_average_after'][0]:.2f} at the end (1-minute)"
+            if st.get("load_average_before") and st.get("load_average_after") else "load unknown")
+    cmd = (f"pimrt bench pim16 --lanes {st['lanes']} --elements {st['elements']}"
+           + ("" if st["ops"] == "all" else f" --ops {st['ops']}") + " --json FILE")
+    out = [f"Measured {st['date']} on {st['machine']}, {load}; `{cmd}`: one unit; M elements "
+           f"a second by the wall clock / per CPU-second.", "",
+           "| op | dtype | lanes | cycles/element | M elements/s wall / cpu | RTL == golden |",
+           "|---|---|---|---|---|---|"]
+    for r in results["results"]:
+        out.append(f"| {r['op']} | {r['dtype']} | {r['lanes']} | {r['cycles_per_element']:.4f} | "
+                   f"{r['elements_per_s'] / 1e6:.2f} / {r['elements_per_cpu_s'] / 1e6:.2f} | "
+                   f"{'yes' if r['equal_to_golden'] else 'NO'} |")
     return out
 
 
@@ -319,6 +375,10 @@ def main(argv=None) -> int:
         print("\n".join(memctl_speed_table(data[0])))
     elif "target_elements_per_s" in data[0]:           # pimrt bench pim --json
         print("\n".join(pim_speed_table(data[0])))
+    elif "dtypes" in data[0].get("settings", {}):      # pimrt bench pim16 --json
+        print("\n".join(pim16_table(data[0])))
+    elif "clocks" in data[0].get("settings", {}):      # pimrt bench pim_ops --json
+        print("\n".join(pim_ops_table(data[0])))
     elif len(data) > 1:
         print("\n".join(gradsa_seeds(data)))
     elif "curve" in data[0]:

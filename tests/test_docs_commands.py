@@ -19,7 +19,7 @@ from pimrt.cli import build_parser
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 # the history pages quote commands as they were run then
-HISTORY = {"runtime-measurements.md", "memctl-measurements.md"}
+HISTORY = {"runtime-measurements.md", "memctl-measurements.md", "pim-measurements.md"}
 RUNNABLE = {"sh runnable": "slow", "sh runnable cheap": "cheap"}
 LEAD = re.compile(r"^(\.venv/bin/)?(pimrt|(\.venv/bin/)?python3? -m pimrt)\s")
 

@@ -157,17 +157,16 @@ def test_pim_ops_table_is_the_units_cycles(ops_cycles):
                     assert cell == ("" if want is None else f"{want:.4f}"), (name, dt, lanes)
 
 
-def test_pim16_excerpt_cycles_column(ops_cycles):
-    """The `pimrt bench pim16` excerpt: its cyc/elem column (the rates beside it are that
+def test_pim16_table_cycles_column(ops_cycles):
+    """docs/figures/bench-pim16.json (the table pim.md renders from it): its cycles per
+    element are the stream programs' on the golden model (the rates beside them are that
     machine's, under its load)."""
-    text = _text("pim.md")
-    block = text[text.index("$ pimrt bench pim16"):]
-    block = block[:block.index("```")]
-    lines = [line.split() for line in block.splitlines()[3:] if line.strip()
-             and not line.startswith("(")]
-    assert len(lines) >= 20
-    for op, dt, lanes, cyc, *_ in lines:
-        assert cyc == f"{ops_cycles[op, dt, int(lanes)]:.4f}", (op, dt, lanes)
+    import json
+    rows = json.loads((ROOT / "docs" / "figures" / "bench-pim16.json").read_text())["results"]
+    assert len(rows) >= 20
+    for r in rows:
+        assert f"{r['cycles_per_element']:.4f}" == \
+            f"{ops_cycles[r['op'], r['dtype'], r['lanes']]:.4f}", r
 
 
 def test_pim_kernel_cycles_quoted_are_the_cycle_tables():
@@ -202,36 +201,21 @@ def test_gradsa_resnet18_bytes_a_step():
            f"{(dense + buffers) / buffers:,.0f}x" in text
 
 
-def test_pim_bench_tables_cycles_columns_are_the_cycle_table():
-    """Each `pimrt bench pim` table quoted in pim.md: its cyc/elem, col acc/e and DRAM/e
-    columns are pimrt/pim/kernel_cycles.json's (which `--update-cycles` writes from the same
-    bench; the rates beside them are that machine's)."""
+def test_pim_bench_cycles_columns_are_the_cycle_table():
+    """docs/figures/bench-pim.json (the table pim.md renders from it): its cycles, unit
+    column and DRAM column counts per element are pimrt/pim/kernel_cycles.json's (which
+    `--update-cycles` writes from the same bench)."""
+    import json
     from pimrt.pim import cycles
-    text = _text("pim.md")
-    checked = 0
-    for block in text.split("$ pimrt bench pim ")[1:]:
-        lines = block[:block.index("```")].splitlines()
-        head = lines[1].split()
-        if "cyc/elem" not in lines[1]:
-            continue
-        for line in lines[3:]:
-            cells = line.split()
-            if len(cells) < 10 or not cells[1].isdigit():
-                continue
-            kernel, lanes = cells[0], int(cells[1])
-            # the columns from the right: cyc/elem col acc/e DRAM/e Mcyc/s target
-            cyc, col, dram = cells[-5:-2]
-            assert [cyc, col, dram] == [
-                f"{cycles.cycles_per_element(kernel, lanes):.4f}",
-                f"{cycles.column_accesses_per_element(kernel, lanes):.4f}",
-                f"{cycles.dram_columns_per_element(kernel, lanes):.4f}"], line
-            checked += 1
-        assert head[0] == "kernel"
-    assert checked >= 34
-    flat = " ".join(text.split())
-    s, a = cycles.cycles_per_element("bn_stats_ch"), cycles.cycles_per_element("bn_apply_ch")
-    assert f"(`bn_stats_ch` {s:.3f} + `bn_apply_ch` {a:.3f} = {s + a:.3f} cycles per value" \
-        in flat
+    rows = json.loads((ROOT / "docs" / "figures" / "bench-pim.json").read_text())["results"]
+    assert len(rows) >= 34
+    for r in rows:
+        k, n = r["kernel"], r["lanes"]
+        assert [f"{r[c]:.4f}" for c in ("cycles_per_element", "column_accesses_per_element",
+                                         "dram_columns_per_element")] == [
+            f"{cycles.cycles_per_element(k, n):.4f}",
+            f"{cycles.column_accesses_per_element(k, n):.4f}",
+            f"{cycles.dram_columns_per_element(k, n):.4f}"], r
 
 
 def _index_rows() -> list[str]:

@@ -70,6 +70,10 @@ def test_bench_arguments_are_checked_before_any_build(capsys):
     assert cli.main(["bench", "pim_ops", "--lanes", "8,x"]) == 2
     assert "--lanes wants comma-separated lane counts" in capsys.readouterr().err
     assert cli.main(["bench", "pim_ops", "--clocks", "0"]) == 2
+    for bench in ("pim_ops", "pim16"):
+        capsys.readouterr()
+        assert cli.main(["bench", bench, "--json", "/no/such/dir/x.json"]) == 2
+        assert "--json /no/such/dir/x.json: no folder /no/such/dir" in capsys.readouterr().err
     for lanes in ("0", "12", "64"):
         assert cli.main(["bench", "pim", "--lanes", f"8,{lanes}"]) == 2
         assert f"--lanes: {lanes} is not a power of two" in capsys.readouterr().err
@@ -92,9 +96,15 @@ def test_bench_baseline_and_op_costs(tmp_path, capsys):
     (r,) = json.loads(out.read_text())["results"]
     assert r["baseline_driver_elements_per_s"] > 0 and r["pyverilator_elements_per_s"] is None
     assert "base Me/s" in capsys.readouterr().out
-    assert cli.main(["bench", "pim_ops", "--lanes", "8", "--clocks", "3000"]) == 0
+    ops = tmp_path / "ops.json"
+    assert cli.main(["bench", "pim_ops", "--lanes", "8", "--clocks", "3000",
+                     "--json", str(ops)]) == 0
     text = capsys.readouterr().out
     assert all(f"\n{name:12s}" in text for name in ("NOP", "MAD", "ADD A (sum)"))
+    doc = json.loads(ops.read_text())
+    assert [r["instruction"] for r in doc["rows"]][:2] == ["NOP", "MOV G, G"]
+    assert all(r["clocks"] >= 3000 and r["lanes"] == 8 for r in doc["rows"])
+    assert doc["settings"]["clocks"] == 3000 and "UTC" in doc["settings"]["date"]
 
 
 def test_bench_pim16_runs_and_checks_its_arguments(tmp_path, capsys):
@@ -113,6 +123,7 @@ def test_bench_pim16_runs_and_checks_its_arguments(tmp_path, capsys):
     assert set(r) == {("ADD", "f32"), ("ADD", "f16"), ("ADD", "bf16"), ("WIDEN", "f16"),
                       ("WIDEN", "bf16")}
     assert all(x["equal_to_golden"] for x in r.values())
+    assert json.loads(out.read_text())["settings"]["ops"] == "ADD,WIDEN"
     half = r["ADD", "f16"]["cycles_per_element"] / r["ADD", "f32"]["cycles_per_element"]
     assert abs(half - 0.5) < 0.01            # twice the elements a column (EXIT apart)
     assert "== golden" in capsys.readouterr().out

@@ -56,7 +56,13 @@ def run(args) -> int:
         dts.append(isa.DTYPES[d])
     if args.elements < 1:
         raise PimError(f"--elements must be at least 1, got {args.elements}")
-    load0 = os.getloadavg()[0]
+    if args.json:
+        from pimrt.output import check_out_file
+        check_out_file(args.json, "--json")
+    from pimrt.bench._machine import loadavg, when_where
+    settings = {**when_where(), "lanes": args.lanes, "elements": args.elements,
+                "ops": args.ops, "dtypes": args.dtypes}
+    load0 = (settings["load_average_before"] or [float("nan")])[0]
     rng = np.random.default_rng(0)
     hdr = (f"{'op':7s} {'dtype':5s} {'lanes':>5s} {'cyc/elem':>9s} {'Me/s':>7s} {'cpu':>7s} "
            f"{'Mclk/s':>7s} {'== golden':>9s}")
@@ -86,12 +92,15 @@ def run(args) -> int:
                 print(f"{name:7s} {r['dtype']:5s} {lanes:5d} {r['cycles_per_element']:9.4f} "
                       f"{elems / wall / 1e6:7.2f} {elems / cpu / 1e6:7.2f} "
                       f"{cycles / wall / 1e6:7.2f} {'yes' if same else 'NO':>9s}", flush=True)
-    load1 = os.getloadavg()[0]
+    settings["load_average_after"] = loadavg()
+    load1 = (settings["load_average_after"] or [float("nan")])[0]
     print(f"cyc/elem: the unit's cycles (its counter, LOOP and EXIT included) per element; "
           f"Me/s and cpu: elements per wall-clock and per CPU second through the batch driver "
           f"(one unit, bank copies included). 1-minute load average {load0:.1f} -> {load1:.1f} "
           f"on {os.cpu_count()} CPUs.")
     if args.json:
         from pimrt.output import atomic_write_text
-        atomic_write_text(args.json, json.dumps({"results": results}, indent=1))
+        atomic_write_text(args.json, json.dumps({"settings": settings, "results": results},
+                                                indent=1) + "\n")
+        print(f"wrote {args.json}")
     return 0 if all(r["equal_to_golden"] for r in results) else 1

@@ -2,6 +2,7 @@
 on random operands streamed from the bank: where the batch driver's speed comes from."""
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -38,6 +39,7 @@ def add_arguments(parser) -> None:
                         help="Verilator --threads of the current build (default 1)")
     parser.add_argument("--baseline-threads", type=int, default=1,
                         help="Verilator --threads of the --baseline-hw build (default 1)")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
 
 
 def _time_op(backend, source: str, clocks: int) -> tuple[float, float, int]:
@@ -72,6 +74,8 @@ def _unit(lanes: int, hw_dir, threads: int = 1):
 def run(args) -> int:
     from pimrt.pim.errors import PimError
     from pimrt.bench.pim import parse_lanes
+    from pimrt.bench._machine import loadavg, when_where
+    from pimrt.output import atomic_write_text, check_out_file
     lane_counts = parse_lanes(args.lanes)
     if args.clocks < 1:
         raise PimError(f"--clocks must be at least 1, got {args.clocks}")
@@ -80,7 +84,13 @@ def run(args) -> int:
             raise PimError(f"{what} must be 1 or more, got {n}")
     if args.baseline_hw and not os.path.isdir(args.baseline_hw):
         raise PimError(f"--baseline-hw: no directory {args.baseline_hw}")
-    load0 = os.getloadavg()[0]
+    if args.json:
+        check_out_file(args.json, "--json")
+    settings = {**when_where(), "lanes": args.lanes, "clocks": args.clocks,
+                "threads": args.threads, "baseline_hw": args.baseline_hw,
+                "baseline_threads": args.baseline_threads if args.baseline_hw else None}
+    load0 = (settings["load_average_before"] or [float("nan")])[0]
+    rows = []
     base = bool(args.baseline_hw)
     hdr = (f"{'instruction':12s} {'lanes':>5s} {'Mclk/s':>7s} {'cpu':>6s} {'ns/clk':>7s} "
            f"{'ns/lane':>8s}" + (f" {'base cpu':>8s} {'x cpu':>6s}" if base else ""))
@@ -96,17 +106,33 @@ def run(args) -> int:
             ns = 1e9 * cpu / n
             if name == "MOV G, B":
                 ref = ns
-            lane = f"{(ns - ref) / lanes:8.2f}" if ref is not None and name not in (
-                "MOV G, B", "MOV B, G") else f"{'-':>8s}"
-            line = (f"{name:12s} {lanes:5d} {n / wall / 1e6:7.2f} {n / cpu / 1e6:6.2f} "
-                    f"{ns:7.1f} {lane}")
+            lane = (ns - ref) / lanes if ref is not None and name not in (
+                "MOV G, B", "MOV B, G") else None
+            row = {"instruction": name, "lanes": lanes, "clocks": n,
+                   "clocks_per_s": n / wall, "clocks_per_cpu_s": n / cpu, "ns_per_clock": ns,
+                   "ns_per_lane": lane}
+            line = format_row(row)
             if base:
                 bcpu = res[1][1] / res[1][2]
+                row.update(baseline_clocks_per_cpu_s=1 / bcpu, x_cpu=bcpu * 1e9 / ns)
                 line += f" {1e-6 / bcpu:8.2f} {bcpu * 1e9 / ns:6.2f}"
+            rows.append(row)
             print(line, flush=True)
-    load1 = os.getloadavg()[0]
+    settings["load_average_after"] = loadavg()
+    load1 = (settings["load_average_after"] or [float("nan")])[0]
     print(f"Mclk/s: clocks per wall-clock second; cpu: per second of this process's CPU time; "
           f"ns/clk from CPU time; ns/lane: (ns/clk - that of `MOV G, B`) / lanes, the lane "
           f"datapath's own cost. 1-minute load average {load0:.1f} -> {load1:.1f} on "
           f"{os.cpu_count()} CPUs.")
+    if args.json:
+        atomic_write_text(args.json, json.dumps({"settings": settings, "rows": rows},
+                                                indent=1) + "\n")
+        print(f"wrote {args.json}")
     return 0
+
+
+def format_row(row: dict) -> str:
+    """One instruction's line of the table (without the baseline's columns)."""
+    lane = "-" if row["ns_per_lane"] is None else f"{row['ns_per_lane']:.2f}"
+    return (f"{row['instruction']:12s} {row['lanes']:5d} {row['clocks_per_s'] / 1e6:7.2f} "
+            f"{row['clocks_per_cpu_s'] / 1e6:6.2f} {row['ns_per_clock']:7.1f} {lane:>8s}")
