@@ -11,6 +11,7 @@ as whole processes, from `pimrt bench memctl --dramsim3 BUILD --json` (bench-mem
     python scripts/doc_tables.py docs/figures/bench-speed.json     # pimrt bench speed's runs
     python scripts/doc_tables.py docs/figures/sensitivity.csv      # the sensitivity study
     python scripts/doc_tables.py docs/figures/bench-memctl.json    # memctl vs DRAMsim3 speed
+    python scripts/doc_tables.py docs/figures/host-v100.json       # pimrt bench host's errors
 
 tests/test_docs_figures.py checks that the docs hold these tables as rendered here, so a
 figure in them is the results file's."""
@@ -269,6 +270,33 @@ def pim_speed_table(results: dict) -> list[str]:
     return out
 
 
+_HOST_GROUPS = (("all", None, None), ("forward", "by_phase", "forward"),
+                ("backward_data", "by_phase", "backward_data"),
+                ("backward_weight", "by_phase", "backward_weight"), ("GEMM", "by_phase", "gemm"),
+                ("1x1", "by_class", "1x1"), ("3x3 stride 1", "by_class", "3x3 stride 1"),
+                ("strided", "by_class", "strided"), ("large filter", "by_class", "large filter"))
+
+
+def host_table(results: dict) -> list[str]:
+    """`pimrt bench host`'s JSON (host-v100.json): per phase and per class of kernel the
+    error factor, the share within +-25% and the fitted / held-out error factors, as
+    docs/host_model.md quotes them."""
+    name = results["host_part"].lower().replace("-", "_")
+    dataset = {"fp32": "FP32", "fp16mixed": "FP16-mixed"}.get(results["dataset"],
+                                                                 results["dataset"])
+    out = [f"| {name} vs {dataset} | kernels | error factor | within +-25% | fitted / held-out "
+           "error factor |", "|---|---|---|---|---|"]
+    for label, group, key in _HOST_GROUPS:
+        g = results if group is None else results[group][key]
+        a = g["all"] if group else results["all"]
+        f = g["fitted"] if group else results["fitted"]
+        h = g["held_out"] if group else results["held_out"]
+        out.append(f"| {label} | {a['kernels']} | {a['error_factor']:.3f} | "
+                   f"{100 * a['within_25pct']:.0f}% | {f['error_factor']:.3f} / "
+                   f"{h['error_factor']:.3f} |")
+    return out
+
+
 def sensitivity_table(rows: list[dict]) -> list[str]:
     """A sweep's results.csv (the sensitivity study, docs/sweep-sensitivity.toml) as the
     model-by-variant table of docs/runtime.md: each cell the authority step, its speedup over
@@ -317,6 +345,8 @@ def main(argv=None) -> int:
         print("\n".join(speed_table(data[0], "baseline")))
     elif "dramsim3" in data[0].get("settings", {}):      # pimrt bench memctl --json
         print("\n".join(memctl_speed_table(data[0])))
+    elif "by_phase" in data[0]:                        # pimrt bench host's JSON
+        print("\n".join(host_table(data[0])))
     elif "target_elements_per_s" in data[0]:           # pimrt bench pim --json
         print("\n".join(pim_speed_table(data[0])))
     elif len(data) > 1:
