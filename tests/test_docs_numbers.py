@@ -276,3 +276,238 @@ def test_gradsa_auto_index_codec_on_resnet18():
             if k <= 2:
                 assert codec == "varint", (numel, seed, codec)
     assert sum(n >= 30_000 for n in sizes) == 18
+
+
+def test_memctl_row_hit_cap_of_4():
+    """memctl.md: "A row hit cap of 4 (DRAMsim3's) instead of 16 is still worse on mix (HBM2
+    ..., DDR4 ...)": the two mix traces again with `controller.row_hit_cap = 4`."""
+    from pimrt.memctl import Controller, Options, load_part
+    from pimrt.memctl.reference import CYCLES
+    from pimrt.trace import synthetic
+    got = []
+    for part, width in (("hbm2", 4), ("ddr4", 1)):
+        ctl = Controller(load_part(part, {"controller.row_hit_cap": 4}),
+                         Options(policy="serial", issue_width=width))
+        for chunk in synthetic.mix(1_000_000):
+            ctl.feed(np.ascontiguousarray(chunk))
+        ctl.finish()
+        got.append(ctl.stats()["cycles"])
+        assert got[-1] > _memctl_cycles(part, "mix", width)          # "still worse"
+        assert abs(got[-1] / CYCLES[part, "mix", width]["DRAMsim3"] - 1) > \
+            abs(_memctl_cycles(part, "mix", width) / CYCLES[part, "mix", width]["DRAMsim3"] - 1)
+    text = " ".join(_text("memctl.md").split())
+    assert f"is still worse on mix (HBM2 {_n(got[0])}, DDR4 {_n(got[1])})" in text
+
+
+# ---------------------------------------------------------------- energy.md: against DRAMsim3
+def test_energy_md_validation_table_memctls_side():
+    """energy.md "Validation against DRAMsim3": memctl's side of every row run again (the six
+    quoted cases at 1 M requests, the six generated ones at the page's --requests 200000), the
+    quoted DRAMsim3 side and each quoted deviation as pimrt/memctl/reference.py gives them.
+    (The live rows' DRAMsim3 side needs a DRAMsim3 build: tests/test_bench_energy.py.)"""
+    import tempfile
+    from pimrt.bench import energy as be
+    from pimrt.memctl import load_part
+    from pimrt.memctl.reference import CYCLES
+    rows = {r[0]: r for r in _table_rows(_text("energy.md"), "case")}
+    assert len(rows) == 12
+    cols = ("act", "read", "write", "refresh", "active_standby", "precharged_standby", "total")
+
+    def first(cell):
+        return cell.split(" / ")[0]
+
+    for r in be._reference_rows(None):
+        part, pattern = r["case"].split("-")
+        row = rows[f"{r['case']} (quoted)"]
+        width = 4 if part == "hbm2" else 1
+        assert row[1] == f"{_n(r['cycles'])} / {_n(CYCLES[part, pattern, width]['DRAMsim3'])}"
+        for cell, k in zip(row[2:], cols):
+            mine, ref = r["memctl_uj"][k], r["dramsim3_uj"][k]
+            want = f"{mine:,.2f} / {ref:,.2f}"
+            if ref:
+                want += f" ({100 * (mine / ref - 1):+.1f}%)"
+            assert cell == want, (r["case"], k)
+    with tempfile.TemporaryDirectory() as tmp:
+        for part_name, width, kinds in (("hbm2", 4, ("act", "refresh", "bankref", "bankidle")),
+                                        ("ddr4", 1, ("act", "refresh"))):
+            for kind in kinds:
+                per_bank = kind in ("bankref", "bankidle")
+                part = load_part(part_name, {"controller.refresh": "bank"} if per_bank else None)
+                pattern = {"bankref": "act", "bankidle": "refresh"}.get(kind, kind)
+                n = 200_000 if pattern == "act" else 2_000
+                s = be.run_generated(part, *be._generated(part, pattern, n),
+                                     pathlib.Path(tmp) / "t.trace", width)
+                e = s["energy_pj"]
+                row = rows[f"{part_name}-{kind} (live{', per-bank' if per_bank else ''})"]
+                assert first(row[1]) == _n(s["cycles"])
+                for cell, k in zip(row[2:], cols):
+                    key = "refresh_bank" if per_bank and k == "refresh" else k
+                    pj = e["total"] if k == "total" else e["components"][key]
+                    assert first(cell) == f"{pj / 1e6:,.2f}", (part_name, kind, k)
+                if per_bank:
+                    assert row[5].split("; ")[1].startswith(
+                        _n(e["counts"]["bank_refreshes"]) + " / ")
+
+
+# ---------------------------------------------------------------- traces.md: a CNN step's trace
+def test_traces_md_cnn_step_trace():
+    """traces.md: the GPU-only step of ResNet-20 for CIFAR (batch 4) written as a DRAMsim3
+    trace holds 1,212,747 requests, 395,093 of them writes (DRAMsim3 reports one read more:
+    it reads the trace's last line twice), and memctl (hbm2, W=4) runs it in the quoted
+    cycles; the DRAMsim3 figures beside them are a live run's (tests/test_bench_fidelity.py
+    where a build is named)."""
+    import tempfile
+    from pimrt.bench._fidelity_step import write_step_trace
+    from pimrt.memctl import Options, load_part, run_trace
+    from pimrt.trace import open_trace
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "step.trace"
+        n = write_step_trace(path)
+        with open(path) as fh:
+            writes = sum(" WRITE " in line for line in fh)
+        s = run_trace(open_trace(path, "dramsim3"), load_part("hbm2"),
+                      Options(policy="serial", issue_width=4))
+    text = " ".join(_text("traces.md").split())
+    assert f"all {_n(n)} requests done in its 3,000,000 cycles: {_n(n - writes + 1)} reads, " \
+           f"{_n(writes)} writes" in text
+    row = next(line for line in _text("traces.md").splitlines()
+               if line.startswith("hbm2-cnn-step"))
+    cells = row.split()
+    assert cells[2] == _n(s["cycles"]) and f"({_n(n)} requests" in row
+    assert cells[4] == _pct(s["cycles"], int(cells[3].replace(",", "")))
+    for doc in ("precision.md", "runtime.md"):
+        assert f"memctl {cells[4]} against DRAMsim3 on a CNN step's trace" in \
+               " ".join(_text(doc).split()) or \
+               f"{cells[4]} against DRAMsim3, docs/traces.md" in " ".join(_text(doc).split())
+
+
+# ---------------------------------------------------------------- host_model.md: ResNet-50
+_HOST_ROWS = {"conv1 (7x7/2, 3 -> 64)": ("conv1", ("forward",)),
+              "conv1": ("conv1", ("backward_weight",)),
+              "layer1.0.conv2 (3x3, 64)": ("layer1_0_conv2", ("forward", "backward_data",
+                                                               "backward_weight")),
+              "layer1.0.conv3 (1x1, 64 -> 256)": ("layer1_0_conv3", ("forward",)),
+              "layer3.0.conv2 (3x3, 256, 14x14)": ("layer3_0_conv2", ("forward",)),
+              "layer4.0.conv2 (3x3/2, 512)": ("layer4_0_conv2", ("forward", "backward_data",
+                                                                 "backward_weight")),
+              "fc (2048 -> 1000)": ("fc", ("forward",))}
+
+
+def _r50_224():
+    from pimrt import zoo
+    from pimrt.graph import capture
+    return capture(zoo.build("resnet50", input_size=224, device="meta"), (32, 3, 224, 224))
+
+
+def _host_tensors(w) -> dict:
+    """Each role of the work at its own MiB-aligned base (no shared lines)."""
+    import math
+    g = w.geom
+    shape = {"input": g.input_shape, "grad_input": g.input_shape, "output": g.output_shape,
+             "grad_output": g.output_shape, "weight": g.weight_shape,
+             "grad_weight": g.weight_shape}
+    out, base = {}, 0
+    for role in w.roles:
+        out[role] = (base, shape[role], 4)
+        base += -(-math.prod(shape[role]) * 4 // (1 << 20)) * (1 << 20)
+    return out
+
+
+def test_host_model_md_resnet50_table():
+    """host_model.md "Speed and example numbers": each row's GEMM shape, algorithm, tile,
+    split-K, compute cycles (tCK 1 ns) and DRAM MB of the request stream, on the v100 part;
+    and the whole step's compute by phase (its DRAM: the slow test below)."""
+    from pimrt.host import HostWork
+    graph = _r50_224()
+    layers = {layer.name: layer for layer in graph}
+    rows = _table_rows(_text("host_model.md"), "layer | phase | M, N, K")
+    assert [r[0] for r in rows] == list(_HOST_ROWS)
+    for name, phases, mnk, algo, cycles, mb in rows:
+        node, want = _HOST_ROWS[name]
+        works = [HostWork(layers[node], 32, p, part="v100") for p in want]
+        g = works[0].gemm
+        assert mnk == f"{g.m}, {g.n}, {g.k}", name
+        launch = works[0].launch()
+        if launch["algorithm"] == "winograd":
+            assert algo == "Winograd F(4x4,3x3)", name
+        else:
+            assert algo.startswith("implicit GEMM"), name
+            if algo != "implicit GEMM":
+                tile = "x".join(map(str, launch["tile"]))
+                assert algo.startswith(f"implicit GEMM, {tile}, {launch['split_k']}"), name
+        assert cycles == " / ".join(_n(w.compute_cycles(None, 1.0)) for w in works), name
+        got = [f"{w.dram_bytes(_host_tensors(w))['total'] / 1e6:.1f}" for w in works]
+        assert mb in (" / ".join(got), f"{got[0]} each") and (len(set(got)) == 1) == \
+            mb.endswith("each") or len(works) == 1, name
+    by_phase = {}
+    first = True
+    for layer in graph:
+        if layer.kind not in ("conv", "linear"):
+            continue
+        for p in ("forward", "backward_data", "backward_weight"):
+            if not (p == "backward_data" and first):
+                by_phase[p] = by_phase.get(p, 0) + \
+                    HostWork(layer, 32, p, part="v100").compute_cycles(None, 1.0)
+        first = False
+    ms = [by_phase[p] / 1e6 for p in ("forward", "backward_data", "backward_weight")]
+    assert f"Whole step: compute {ms[0]:.1f} + {ms[1]:.1f} + {ms[2]:.1f} = {sum(ms):.1f} ms" \
+        in " ".join(_text("host_model.md").split())
+
+
+def test_memctl_arbitration_check_on_ddr4_random():
+    """memctl.md "Timing checker": on 20,000 DDR4 random reads the round-robin log has no
+    arbitration violation and N against column_first, the column-first log M against
+    round_robin (pimrt.memctl.arbitration on each run's command log)."""
+    import io
+    from pimrt.memctl import Controller, Options, load_part
+    from pimrt.memctl.arbitration import arbitration_findings
+    from pimrt.memctl.checker import parse_command_log
+    from pimrt.memctl.controller import CommandLog
+    from pimrt.trace import synthetic
+    found = {}
+    for arb in ("round_robin", "column_first"):
+        part = load_part("ddr4", {"controller.arbitration": arb})
+        buf = io.StringIO()
+        ctl = Controller(part, Options(policy="serial", issue_width=1), cmdlog=CommandLog(buf))
+        for chunk in synthetic.random(20_000):
+            ctl.feed(np.ascontiguousarray(chunk))
+        ctl.finish()
+        log = parse_command_log(buf.getvalue())
+        found[arb] = {a: len(list(arbitration_findings(log, part, a)))
+                      for a in ("round_robin", "column_first")}
+    assert found["round_robin"]["round_robin"] == found["column_first"]["column_first"] == 0
+    text = " ".join(_text("memctl.md").split())
+    assert f"On 20,000 DDR4 random reads, memctl's round-robin log has no such violation and " \
+           f"{_n(found['round_robin']['column_first'])} against column_first; its column-first " \
+           f"log {_n(found['column_first']['round_robin'])} against round_robin." in text
+
+
+@pytest.mark.slow
+def test_host_model_md_resnet50_step_dram():
+    """host_model.md: the whole ResNet-50 step's DRAM by phase and its requests, whole layers
+    and with 4 output-channel groups per conv (the request streams generated: about 40 s)."""
+    from pimrt.host import HostWork
+    graph = _r50_224()
+    text = " ".join(_text("host_model.md").split())
+    for groups in (1, 4):
+        by_phase, first = {}, True
+        for layer in graph:
+            if layer.kind not in ("conv", "linear"):
+                continue
+            for p in ("forward", "backward_data", "backward_weight"):
+                if p == "backward_data" and first:
+                    continue
+                cout = HostWork(layer, 32, p, part="v100").geom.cout
+                for g in range(groups):
+                    w = HostWork(layer, 32, p, part="v100",
+                                 channel_range=(g * cout // groups, (g + 1) * cout // groups))
+                    by_phase[p] = by_phase.get(p, 0) + w.dram_bytes(_host_tensors(w))["total"]
+            first = False
+        total = sum(by_phase.values())
+        if groups == 1:
+            gb = [by_phase[p] / 1e9 for p in ("forward", "backward_data", "backward_weight")]
+            assert f"DRAM {gb[0]:.2f} + {gb[1]:.2f} + {gb[2]:.2f} = {total / 1e9:.1f} GB" in text
+            assert f"is {total / 64 / 1e6:.0f} M requests" in text
+        else:
+            assert f"With 4 output-channel groups per conv DRAM grows to {total / 1e9:.0f} GB" \
+                in text and f"the requests to {total / 64 / 1e6:.0f} M" in text
