@@ -485,3 +485,15 @@ def test_memctl_md_speed_prose_is_the_bench_file_and_the_reference():
     assert f"were {quoted[0]:.2f}, {quoted[1]:.2f} and {quoted[2]:.2f} M requests/s" in words
     core = {r["case"]: r["sim_requests_per_s"] / 1e6 for r in res["rows"]}
     assert core["hbm2-stream"] >= 5 and core["hbm2-random"] >= 2
+
+
+def test_traces_md_replay_line_is_the_runs_figures():
+    """docs/traces.md quotes memsim's line after a replay of ResNet-18's step (batch 32,
+    authority); the figures are the run's, docs/figures/compare-32.json's."""
+    from pimrt.trace.replay import check_line
+    _, c32 = _compare("compare-32.json")
+    r = c32["resnet18", "authority"]
+    run = {"cycles": r["makespan_cycles"], "mode_switches": r["mode_switches"],
+           "requests": r["requests"]}
+    line = check_line({"model": "resnet18", "batch": 32, "step": "authority", "run": run}, run)
+    assert f"`{line}`" in _words("traces.md")

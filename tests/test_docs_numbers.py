@@ -511,3 +511,27 @@ def test_host_model_md_resnet50_step_dram():
         else:
             assert f"With 4 output-channel groups per conv DRAM grows to {total / 1e9:.0f} GB" \
                 in text and f"the requests to {total / 64 / 1e6:.0f} M" in text
+
+
+# ---------------------------------------------------------------- traces.md: a step, per layer
+def test_traces_md_per_layer_rows(tmp_path):
+    """traces.md "Per layer": the rows quoted are `pimrt memsim step.npy --per-layer`'s on the
+    step the page's first command writes (ResNet-20 for CIFAR, batch 4; about 7 s)."""
+    import subprocess
+    import sys
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    run = [sys.executable, "-m", "pimrt"]
+    subprocess.run(run + ["run", "--model", "resnet_cifar_20", "--batch", "4", "--functional",
+                          "none", "--quiet", "--out", str(tmp_path / "step"), "--save-trace",
+                          str(tmp_path / "step.npy")], check=True, env=env, capture_output=True)
+    out = subprocess.run(run + ["memsim", str(tmp_path / "step.npy"), "--per-layer"],
+                         check=True, env=env, capture_output=True, text=True).stdout.splitlines()
+    text = _text("traces.md")
+    block = text[text.index("```\nlayer ") + 4:]
+    block = block[:block.index("```")].splitlines()
+    assert len(block) == 3 and block[0] in out
+    for line in block[1:]:
+        name = line.split()[0]
+        assert line == next(o for o in out if o.split()[:1] == [name]), name
+    assert "the trace holds 84,896 PIM requests" in " ".join(text.split())
+    assert any(o.split()[:2] == ["pim", "84,896"] for o in out)
