@@ -535,3 +535,41 @@ def test_traces_md_per_layer_rows(tmp_path):
         assert line == next(o for o in out if o.split()[:1] == [name]), name
     assert "the trace holds 84,896 PIM requests" in " ".join(text.split())
     assert any(o.split()[:2] == ["pim", "84,896"] for o in out)
+
+
+# ---------------------------------------------------------------- graph.md: the zoo
+def test_graph_md_zoo_figures():
+    """graph.md "The model zoo": each parameter count of the table is the zoo model's (224 x
+    224 forms; WRN-28-10 at 32 x 32); ResNet-110 1.73 M and ResNet-1202 19.4 M parameters; a
+    1,202-layer ResNet captures to 4,212 layers; the example's kind counts."""
+    from pimrt import zoo
+    from pimrt.graph import capture
+    rows = _table_rows(_text("graph.md"), "name | 224 x 224 (ImageNet)")
+    checked = 0
+    for name, _, params, cifar in rows:
+        if not params:
+            continue
+        names = [n.strip(" `") for n in name.split(",")]
+        names = [n.split(" (")[0].strip("` ") for n in names]
+        for n, want in zip(names, params.split(" / ")):
+            assert f"{zoo.count_params(zoo.build(n, device='meta')):,}" == want.strip(), n
+            checked += 1
+        if "WRN-28-10" in cifar:
+            got = zoo.count_params(zoo.build("wrn28_10", input_size=32, device="meta"))
+            assert f"WRN-28-10 ({got:,})" in cifar
+    assert checked == 9
+    text = " ".join(_text("graph.md").split())
+    for depth in (110, 1202):
+        p = zoo.count_params(zoo.build(f"resnet{depth}", device="meta"))
+        assert f"`resnet{depth}`: {p / 1e6:.{2 if depth == 110 else 1}f} M" in text
+    g = capture(zoo.build("resnet1202", device="meta"), (2, 3, 32, 32))
+    assert f"A 1,202-layer ResNet captures to a graph of {len(g):,} layers" in text
+    # the page's own example: print(g.kind_counts()) gives {'input': 1, 'conv': 2, ...}
+    src = _text("graph.md")
+    src = src[src.index("```python") + len("```python"):]
+    src = src[:src.index("```")]
+    ns: dict = {}
+    exec(compile(src.replace("print(", "(lambda *a: None)("), "graph.md", "exec"), ns)
+    counts = ns["g"].kind_counts()
+    shown = re.search(r"# (\{'input'.*?), \.\.\.\}", text).group(1)
+    assert str(counts).startswith(shown), (counts, shown)
