@@ -10,6 +10,7 @@ as whole processes, from `pimrt bench memctl --dramsim3 BUILD --json` (bench-mem
     python scripts/doc_tables.py docs/figures/gradsa-scale.json    # the bench's own table
     python scripts/doc_tables.py docs/figures/bench-speed.json     # pimrt bench speed's runs
     python scripts/doc_tables.py docs/figures/sensitivity.csv      # the sensitivity study
+    python scripts/doc_tables.py docs/figures/sensitivity.csv resnet18   # ... and one model
     python scripts/doc_tables.py docs/figures/bench-memctl.json    # memctl vs DRAMsim3 speed
     python scripts/doc_tables.py docs/figures/host-v100.json       # pimrt bench host's errors
 
@@ -325,12 +326,31 @@ def sensitivity_table(rows: list[dict]) -> list[str]:
     return out
 
 
+def sensitivity_model_rows(rows: list[dict], model: str) -> list[str]:
+    """One model's row of the sensitivity study per variant (docs/sweep.md): the GPU-only,
+    serial and authority steps, the speedups and step / bound, from the sweep's results.csv."""
+    out = ["| variant | GPU-only ms | serial ms | authority ms | vs GPU-only | vs serial | "
+           "step / bound |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["model"] == model:
+            f = lambda k: float(r[k])                           # noqa: E731
+            out.append(f"| {r['variant']} | {f('gpu_only_step_ms'):.3f} | "
+                       f"{f('serial_step_ms'):.3f} | {f('step_ms'):.3f} | "
+                       f"{f('speedup_vs_gpu_only'):.3f}x | {f('speedup_vs_serial'):.3f}x | "
+                       f"{f('step_vs_bound'):.3f} |")
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[0].endswith(".csv"):                      # a sweep's results.csv
         import csv
         with open(argv[0], newline="") as fh:
-            print("\n".join(sensitivity_table(list(csv.DictReader(fh)))))
+            rows = list(csv.DictReader(fh))
+        print("\n".join(sensitivity_table(rows)))
+        if len(argv) > 1:                             # and one model's rows (docs/sweep.md)
+            print()
+            print("\n".join(sensitivity_model_rows(rows, argv[1])))
         return 0
     data = [json.load(open(a)) for a in argv]
     if isinstance(data[0], list) and len(data) == 2:  # an AMP compare.json and the fp32 one

@@ -510,3 +510,15 @@ def test_speed_md_aim_of_issue_38_is_not_met():
     assert "The aim of issue 38 was 60 s of CPU and 0.5 GB for the 224x224 case; the table " \
            "shows it is not met" in _words("speed.md")
     assert f"blocks of about {BLOCK_REQUESTS // 1024}K requests" in _words("architecture.md")
+
+
+def test_sweep_md_holds_the_resnet18_rows():
+    """docs/sweep.md "Figures": ResNet-18's row of each variant, docs/figures/sensitivity.csv
+    as doc_tables.sensitivity_model_rows renders it."""
+    import csv
+    with open(FIG / "sensitivity.csv", newline="") as fh:
+        rows = doc_tables.sensitivity_model_rows(list(csv.DictReader(fh)), "resnet18")
+    assert len(rows) == 8
+    text = (ROOT / "docs" / "sweep.md").read_text().splitlines()
+    missing = [r for r in rows if r not in text]
+    assert not missing, f"docs/sweep.md lacks these rows of sensitivity.csv: {missing[:2]}"
