@@ -465,6 +465,10 @@ def test_layrub_md_holds_the_cuda_run():
     lay = [float(rows[m, "layrub"][4]) for m in resnets]
     assert f"({_span(soc, '.1f')} MiB of host memory on the ResNets against Layrub's " \
            f"{_span(lay, '.1f')})" in words
+    dev = {v: [float(rows[m, v][2]) for m in resnets] for v in ("save_on_cpu", "layrub")}
+    assert len(set(dev["save_on_cpu"])) == 1
+    assert f"({dev['save_on_cpu'][0]:.1f} MiB for `save_on_cpu` on every ResNet, " \
+           f"{_span(dev['layrub'], '.1f')} for Layrub)" in words
     wall = [float(c[5]) for c in rows.values()]
     assert f"the steps take {1000 * min(wall):.0f}-{1000 * max(wall):.0f} ms" in words
     t = [float(c[7].rstrip("%")) for (m, v), c in rows.items() if v != "plain"]

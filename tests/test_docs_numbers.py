@@ -573,3 +573,123 @@ def test_graph_md_zoo_figures():
     counts = ns["g"].kind_counts()
     shown = re.search(r"# (\{'input'.*?), \.\.\.\}", text).group(1)
     assert str(counts).startswith(shown), (counts, shown)
+
+
+# ---------------------------------------------------------------- layrub.md
+def test_layrub_md_device_budgets_on_resnet20():
+    """layrub.md: ResNet-20, batch 4, budgets 10% / 30% / 60% / 90% of the way from full
+    offload to none: the maps kept, the bytes copied each way and held for backward (one real
+    step each, about 5 s); and the pre-check's refusal quoted for a 1 MB host budget."""
+    import torch
+    from pimrt import zoo
+    from pimrt.layrub import Layrub, LayrubBudgetError
+    torch.manual_seed(0)
+    model = zoo.build("resnet20", input_size=32)
+    x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+    full = Layrub(model, input_shape=x.shape).estimate
+    none = Layrub(model, input_shape=x.shape, offload=False).estimate
+
+    def step(lr):
+        model.zero_grad(set_to_none=True)
+        with lr:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        return lr.stats
+
+    whole = step(Layrub(model, input_shape=x.shape))
+    got = []
+    for frac in (0.1, 0.3, 0.6, 0.9):
+        budget = int(full["device_bytes"] + frac * (none["device_bytes"] - full["device_bytes"]))
+        s = step(Layrub(model, input_shape=x.shape, device_budget=budget))
+        got.append((budget, s.kept_in_budget, s.offloaded_bytes, s.saved_peak_bytes))
+    mb = lambda v: f"{v / 1e6:.2f}"                                  # noqa: E731
+    j = lambda i, f: " / ".join(f(g[i]) for g in got)                 # noqa: E731
+    text = " ".join(_text("layrub.md").split())
+    assert f"budgets between full offload ({mb(full['device_bytes'])} MB estimated, MB = 10^6 B) " \
+           f"and none ({mb(none['device_bytes'])} MB): at {j(0, mb)} MB it keeps the last " \
+           f"{j(1, str)} of {full['offloaded']} maps, copies {j(2, mb)} MB each way instead of " \
+           f"{mb(whole.offloaded_bytes)}, and holds {j(3, mb)} MB for backward" in text
+    with pytest.raises(LayrubBudgetError) as e:
+        Layrub(zoo.build("resnet20", input_size=32), input_shape=(8, 3, 32, 32),
+               host_budget="1MB")
+    assert f"`{e.value}`" in text
+
+
+def test_layrub_md_planned_peaks_at_224():
+    """layrub.md: the planner's peaks at 32 x 3 x 224 x 224 (masks per layer) against the
+    liveness baseline, reuse alone, Caffe's naive_bytes; ResNet-50's masks (about 5 s)."""
+    from pimrt import zoo
+    from pimrt.graph import capture
+    from pimrt.layrub import plan
+    from pimrt.layrub import planner as P
+    G, M = 2**30, 2**20
+    size = lambda b: f"{b / G:.2f} GiB" if b >= G else f"{b / M:.0f} MiB"  # noqa: E731
+    pct = lambda a, b: f"{100 * (a / b - 1):+.1f}%".replace("+", "")      # noqa: E731
+    names = {"resnet50": "ResNet-50", "resnet101": "ResNet-101", "resnet152": "ResNet-152",
+             "vgg16": "VGG-16", "densenet121": "DenseNet-121"}
+    peaks, reuse, naive, vs_naive, graphs = [], [], [], {}, {}
+    for name in names:
+        g = capture(zoo.build(name, device="meta"), (32, 3, 224, 224))
+        p = plan(g, batch=32, budget_bytes=None, offload=True, reuse=True, prefetch_distance=1)
+        r = plan(g, batch=32, budget_bytes=None, offload=False, reuse=True, prefetch_distance=1)
+        graphs[name] = (g, p)
+        peaks.append(f"{names[name]} {size(p.baseline_peak_bytes)} -> {size(p.peak_bytes)} "
+                     f"({pct(p.peak_bytes, p.baseline_peak_bytes)})")
+        reuse.append(100 * (r.peak_bytes / p.baseline_peak_bytes - 1))
+        naive.append(p.naive_bytes / G)
+        vs_naive[name] = [100 * (x / p.naive_bytes - 1)
+                          for x in (p.baseline_peak_bytes, r.peak_bytes, p.peak_bytes)]
+    text = " ".join(_text("layrub.md").split())
+    avg = sum(100 * (graphs[n][1].peak_bytes / graphs[n][1].baseline_peak_bytes - 1)
+              for n in names) / len(names)
+    assert ", ".join(peaks) + f": average {avg:.1f}%" in text
+    assert "Reuse alone: " + ", ".join(f"{x:.1f}%" for x in reuse) + \
+           " against the liveness baseline" in text
+    assert "(`naive_bytes`: " + ", ".join(f"{x:.1f}" for x in naive) + " GiB here)" in text
+    live = [round(v[0]) for v in vs_naive.values()]
+    lay = {n: round(v[1]) for n, v in vs_naive.items()}
+    both = {n: round(v[2]) for n, v in vs_naive.items()}
+    assert f"liveness alone already gives {max(live)}% to {min(live)}%" in text
+    others = [lay[n] for n in names if n != "densenet121"]
+    assert f"Layrub's reuse {max(others)}% to {min(others)}% ({lay['densenet121']}% " \
+           f"DenseNet-121)" in text
+    rest = [both[n] for n in names if n != "vgg16"]
+    assert f"offload + reuse {max(rest)}% to {min(rest)}% (VGG-16 {both['vgg16']}%)" in text
+    # ResNet-50: the stem's mask left out, the last ReLU's kept
+    g, p = graphs["resnet50"]
+    gr = P._Graph(g, 32, False)
+    cands = P._mask_candidates(gr, set())
+    every = P._schedule1(gr, True, set(P._offload_candidates(gr, True, 0, set())), 1, set(),
+                         set(cands))
+    assert len(cands) == 2 and p.masks == [cands[-1]]
+    assert f"(it saves a {p.buffer_bytes['A:' + p.masks[-1]] / M:.2f} MiB host copy and its two " \
+           f"transfers): {p.peak_bytes / M:.0f} MiB planned peak against {every['peak'] / M:.0f} " \
+           f"MiB with both masks" in text
+
+
+@pytest.mark.slow
+def test_layrub_md_pimrt_run_layrub(tmp_path):
+    """layrub.md: `pimrt run --layrub` on ResNet-18 (batch 32, 32x32): the two lines quoted
+    (the simulation's wall time left out), and Layrub's cost against the same step without it
+    (docs/figures/compare-32.json); about a minute."""
+    import json
+    import subprocess
+    import sys
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "pimrt", "run", "--model", "resnet18", "--batch",
+                          "32", "--input", "32", "--functional", "none", "--layrub", "--quiet",
+                          "--out", str(tmp_path / "r")], check=True, env=env,
+                         capture_output=True, text=True).stdout.splitlines()
+    text = _text("layrub.md")
+    first = next(line for line in out if line.startswith("resnet18 batch 32 32x32:"))
+    first = re.sub(r"simulated in [\d.]+ s", "simulated in ... s", first)
+    assert first in text.splitlines()
+    assert next(line for line in out if "contention-free bound" in line) in text.splitlines()
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    base = next(r for r in json.loads((DOCS / "figures" / "compare-32.json").read_text())
+                if r["model"] == "resnet18" and r["policy"] == "authority")
+    words = " ".join(text.split())
+    assert f"Without `--layrub` the same step is {base['step_ms']:.3f} ms, serial " \
+           f"{base['serial_step_ms']:.3f} and GPU-only {base['gpu_only_step_ms']:.3f}" in words
+    cost = [100 * (s[k] / base[k] - 1) for k in ("step_ms", "serial_step_ms", "gpu_only_step_ms")]
+    assert f"costs the co-executed step {cost[0]:.1f}%, serial {cost[1]:.1f}% and GPU-only " \
+           f"{cost[2]:.1f}%" in words
