@@ -13,6 +13,7 @@ as whole processes, from `pimrt bench memctl --dramsim3 BUILD --json` (bench-mem
     python scripts/doc_tables.py docs/figures/sensitivity.csv resnet18   # ... and one model
     python scripts/doc_tables.py docs/figures/bench-memctl.json    # memctl vs DRAMsim3 speed
     python scripts/doc_tables.py docs/figures/host-v100.json       # pimrt bench host's errors
+    python scripts/doc_tables.py docs/figures/laysa-*.json         # pimrt bench laysa's memory
 
 tests/test_docs_figures.py checks that the docs hold these tables as rendered here, so a
 figure in them is the results file's."""
@@ -341,6 +342,56 @@ def sensitivity_model_rows(rows: list[dict], model: str) -> list[str]:
     return out
 
 
+_NET = {"resnet18": "ResNet-18", "resnet_cifar_20": "ResNet-20", "resnet20": "ResNet-20"}
+
+
+def _laysa_label(results: dict) -> str:
+    st = results["settings"]
+    return f"{_NET.get(st['model'], st['model'])}, {results['budget'] / 2**20:.0f} MiB"
+
+
+def laysa_memory_table(runs: list[dict]) -> list[str]:
+    """`pimrt bench laysa --json` files (docs/laysa.md): per run and variant the memory
+    meter's device and host MiB, the ledger and its split at the peak, and the largest batch
+    found by real runs (the bench's columns without its timings: step s and images/s follow the
+    machine's load)."""
+    m = lambda n: f"{n / 2**20:.2f}"                                # noqa: E731
+    out = ["| model, budget | variant | device MiB | vs GradSA | host MiB | ledger | saved | grad "
+           "| res+mom | comm | upd | max batch |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for res in runs:
+        rows, cap = res["rows"], res["settings"]["max_batch"]
+        base = rows.get("gradsa")
+        for v, r in rows.items():
+            a, dev = r["at_peak"], r["meter_device_bytes"]
+            vs = 100 * (dev / base["meter_device_bytes"] - 1) if base else 0.0
+            mb = (">=" if r["max_batch"] >= cap or not r["search_bracketed"] else "") \
+                + str(r["max_batch"])
+            out.append(f"| {_laysa_label(res)} | {v} | {m(dev)} | {vs:+.1f}% | "
+                       f"{m(r['meter_host_bytes'])} | {m(r['peak_bytes'])} | {m(a['saved'])} | "
+                       f"{m(a['grad'])} | {m(a['residual'] + a['momentum'])} | {m(a['comm'])} | "
+                       f"{m(a['update'])} | {mb} |")
+    return out
+
+
+def laysa_search_table(runs: list[dict]) -> list[str]:
+    """The largest-batch search's real runs of `pimrt bench laysa --json` files: per variant
+    each batch tried (meter MiB, fits or not), the largest batch, the meter's and the
+    ledger's MiB there."""
+    out = ["| model, budget | variant | runs | largest batch | meter MiB there | ledger MiB there |",
+           "|---|---|---|---|---|---|"]
+    for res in runs:
+        cap = res["settings"]["max_batch"]
+        for v, r in res["rows"].items():
+            tried = ", ".join(f"{b} {'fits' if ok else 'not'} ({n / 2**20:.1f})"
+                              for b, n, ok in r["search_runs"])
+            mb = (">=" if r["max_batch"] >= cap or not r["search_bracketed"] else "") \
+                + str(r["max_batch"])
+            there = [r.get("max_batch_device_bytes"), r.get("max_batch_ledger_bytes")]
+            cells = " | ".join("-" if n is None else f"{n / 2**20:.1f}" for n in there)
+            out.append(f"| {_laysa_label(res)} | {v} | {tried} | {mb} | {cells} |")
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[0].endswith(".csv"):                      # a sweep's results.csv
@@ -360,6 +411,11 @@ def main(argv=None) -> int:
         for table in (step_table, energy_table, energy_summary):
             print("\n".join(table(data[0])))
             print()
+        return 0
+    if data[0].get("settings", {}).get("bench") == "laysa":   # pimrt bench laysa --json
+        print("\n".join(laysa_memory_table(data)))
+        print()
+        print("\n".join(laysa_search_table(data)))
         return 0
     if "runs" in data[0]:                             # pimrt bench speed's speed.json
         print("\n".join(speed_table(data[0], "baseline")))

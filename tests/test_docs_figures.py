@@ -526,3 +526,74 @@ def test_sweep_md_holds_the_resnet18_rows():
     text = (ROOT / "docs" / "sweep.md").read_text().splitlines()
     missing = [r for r in rows if r not in text]
     assert not missing, f"docs/sweep.md lacks these rows of sensitivity.csv: {missing[:2]}"
+
+
+def test_laysa_md_holds_the_bench_laysa_files():
+    """docs/laysa.md "Figures on the yardstick": the memory and search tables are
+    docs/figures/laysa-*.json (`pimrt bench laysa --json`) as doc_tables renders them, and the
+    bullets' figures are those files'; the sgd row of the PIM runtime table and the derived
+    percentages are docs/figures/compare-32.json's and the table's own."""
+    import re
+    r18, r18b, r20 = (_load(f"laysa-{n}.json") for n in ("resnet18-256MB", "resnet18-192MB",
+                                                          "resnet20-48MB"))
+    text = (ROOT / "docs" / "laysa.md").read_text()
+    lines = text.splitlines()
+    for table in (doc_tables.laysa_memory_table, doc_tables.laysa_search_table):
+        missing = [r for r in table([r18, r18b, r20]) if r not in lines]
+        assert not missing, f"docs/laysa.md lacks these rows of docs/figures/laysa-*.json: " \
+                            f"{missing[:2]}"
+    words = " ".join(text.split())
+    M = 2**20
+    dev = lambda res, v: res["rows"][v]["meter_device_bytes"]            # noqa: E731
+    led = lambda res, v: res["rows"][v]["peak_bytes"]                    # noqa: E731
+    less = lambda res, f: 100 * (1 - f(res, "laysa") / f(res, "gradsa"))  # noqa: E731
+    assert f"LaySA holds {less(r18, dev):.1f}% less device memory than GradSA alone on ResNet-18 " \
+           f"at batch 4 ({less(r20, dev):.1f}% on ResNet-20 at batch 8)" in words
+    assert f"The ledger's -{less(r18, led):.1f}% / -{less(r20, led):.1f}% leave out" in words
+    lay = r18["rows"]["laysa"]
+    assert f"(2 x {lay['param_bytes'] / M:.1f} MiB on ResNet-18)" in words
+    assert f"host pool, {lay['meter_host_bytes'] / M:.0f} MiB with Layrub's 64 MiB pool chunk" \
+        in words
+    mb = {v: r["max_batch"] for v, r in r20["rows"].items()}
+    assert f"GradSA alone {mb['gradsa']} images, Layrub alone {mb['layrub']}, naive " \
+           f"{mb['naive']}, LaySA {mb['laysa']} (+{100 * (mb['laysa'] / mb['gradsa'] - 1):.0f}% " \
+           f"over GradSA; +{100 * (mb['laysa'] / mb['layrub'] - 1):.0f}% over Layrub alone)" \
+        in words
+    r = r18["rows"]
+    assert [r[v]["max_batch"] for v in ("gradsa", "layrub", "naive", "laysa")] == [36, 128, 128,
+                                                                                  128]
+    assert f"GradSA alone 36 images; the three others reach the cap of 128 (LaySA at " \
+           f"{r['laysa']['max_batch_device_bytes'] / M:.0f} MiB there)" in words
+    b = r18b["rows"]
+    assert b["gradsa"]["max_batch"] == b["naive"]["max_batch"] == 0
+    one = b["gradsa"]["search_runs"][0]
+    assert one[0] == 1 and not one[2] and b["naive"]["search_runs"][0][1] == one[1]
+    over = next(x for x in b["layrub"]["search_runs"] if not x[2])
+    assert f"(one image: {one[1] / M:.1f} MiB, their four model-sized buffers are above the " \
+           f"budget), Layrub alone fits {b['layrub']['max_batch']} ({over[0]} did not: " \
+           f"{over[1] / M:.1f} MiB), LaySA at least 128" in words
+    lr = r20["rows"]["layrub"]
+    assert f"at Layrub's {lr['max_batch']} images it counts {lr['max_batch_ledger_bytes'] / M:.1f} " \
+           f"MiB where the meter measures {lr['max_batch_device_bytes'] / M:.1f} MiB" in words
+    short = max((x["meter_device_bytes"] - x["peak_bytes"] - x["param_bytes"]) / M
+                for x in r20["rows"].values())
+    assert f"{short:.1f} MiB at 32x32, batch 8, below" in words
+    # the PIM runtime table: sgd is compare-32's ResNet-18 authority row
+    _, c32 = _compare("compare-32.json")
+    sgd = c32["resnet18", "authority"]
+    row = {m.group(1): [float(x) for x in m.groups()[1:]] for m in re.finditer(
+        r"(sgd|gradsa|laysa) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)", text)}
+    assert row["sgd"] == [round(sgd["step_ms"], 3), round(sgd["serial_step_ms"], 3),
+                          round(sgd["speedup_vs_serial"], 3), round(sgd["gpu_only_step_ms"], 3),
+                          round(sgd["update_memory"]["peak_bytes"] / M, 1)]
+    par = sgd["update_memory"]["param_bytes"] / M
+    g, s = row["gradsa"], row["laysa"]
+    assert f"-{100 * (1 - s[4] / g[4]):.1f}% (-{100 * (1 - (s[4] - par) / (g[4] - par)):.1f}% " \
+           f"without parameters)" in words
+    assert f"LaySA needs {100 * (1 - s[4] / g[4]):.1f}% less DRAM than GradSA alone" in words
+    assert f"({100 * (1 - (s[4] - par) / (g[4] - par)):.1f}% less for what is not the " \
+           f"parameters themselves), at {100 * (s[0] / g[0] - 1):.1f}% more step time" in words
+    assert f"(ResNet-18: {4 * par:.1f} MiB a step)" in words
+    assert f"costs {100 * (g[0] / row['sgd'][0] - 1):.1f}% of ResNet-18's step time" in words
+    sp = [row[v][2] for v in ("sgd", "gradsa", "laysa")]
+    assert f"(ResNet-18 {min(sp):.3f}-{max(sp):.3f}x)" in words

@@ -693,3 +693,31 @@ def test_layrub_md_pimrt_run_layrub(tmp_path):
     cost = [100 * (s[k] / base[k] - 1) for k in ("step_ms", "serial_step_ms", "gpu_only_step_ms")]
     assert f"costs the co-executed step {cost[0]:.1f}%, serial {cost[1]:.1f}% and GPU-only " \
            f"{cost[2]:.1f}%" in words
+
+
+@pytest.mark.slow
+def test_laysa_md_pim_runtime_rows(tmp_path):
+    """laysa.md "PIM runtime": the gradsa and laysa rows of the ResNet-18 table, `pimrt run
+    --update gradsa|laysa` again (a minute or two), and the functional check's line."""
+    import json
+    import subprocess
+    import sys
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    text = _text("laysa.md")
+    for update in ("gradsa", "laysa"):
+        subprocess.run([sys.executable, "-m", "pimrt", "run", "--model", "resnet18", "--batch",
+                        "32", "--input", "32", "--functional", "none", "--update", update,
+                        "--quiet", "--out", str(tmp_path / update)], check=True, env=env,
+                       capture_output=True)
+        s = json.loads((tmp_path / update / "summary.json").read_text())
+        want = (f"{update:<8}{s['step_ms']:>8.3f}{s['serial_step_ms']:>11.3f}"
+                f"{s['speedup_vs_serial']:>9.3f}{s['gpu_only_step_ms']:>13.3f}"
+                f"{s['update_memory']['peak_bytes'] / 2**20:>10.1f}")
+        assert any(" ".join(line.split()).startswith(" ".join(want.split()))
+                   for line in text.splitlines()), want
+    out = subprocess.run([sys.executable, "-m", "pimrt", "run", "--model", "resnet_cifar_20",
+                          "--batch", "4", "--update", "laysa", "--quiet", "--out",
+                          str(tmp_path / "f")], check=True, env=env, capture_output=True,
+                         text=True).stdout
+    line = next(x for x in out.splitlines() if "update on the PIM vs pimrt.gradsa" in x)
+    assert " ".join(line.split()) in " ".join(text.split())
