@@ -297,6 +297,15 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
         assert f"{_mean(a224[m, 'authority']['speedup_vs_gpu_only'] for m in models):.3f}x and " \
                f"{_mean(a224[m, 'authority']['speedup_vs_serial'] for m in models):.3f}x on " \
                f"average" in doc
+    def host_alone(r):
+        return r["bound_host_busy_cycles"] * r["step_ms"] / r["makespan_cycles"]
+
+    alone = [host_alone(a32[m, "authority"]) / host_alone(c32[m, "authority"]) for m in models]
+    io = [a32[m, "authority"]["energy_mj"]["counts"]["host_io_bytes"]
+          / c32[m, "authority"]["energy_mj"]["counts"]["host_io_bytes"] for m in models]
+    assert {f"{x:.2f}" for x in io} == {"0.50"}
+    assert f"the Tensor-Core host's tasks alone take {_span(alone, '.2f')} of their fp32 time " \
+           f"with half the bytes (the host's I/O bytes 0.50 of fp32's)" in pr
     # the 16-bit batch norm's cycles per element over the fp32 kernel's (kernel_cycles.json)
     from pimrt.pim.cycles import cycles_per_element as cpe
     x = [cpe(f"{k}_{d}", n) / cpe(k, n) for k in ("bn_stats_ch", "bn_apply_ch",
@@ -396,6 +405,12 @@ def test_runtime_md_sensitivity_prose_is_the_csv():
     assert f"the mean over serial falls from {mean('default', 'speedup_vs_serial'):.3f}x to " \
            f"{mean('lanes16', 'speedup_vs_serial'):.3f}x while the mean over GPU-only rises to " \
            f"{mean('lanes16', 'speedup_vs_gpu_only'):.3f}x" in words
+    # "A faster PIM shortens every step ... the memory clock lies in between"
+    assert all(x > 0 for v in ("lanes16", "pim_at_memory_clock") for x in cut(v))
+    for k, lo, hi in (("speedup_vs_serial", "lanes16", "default"),
+                      ("speedup_vs_gpu_only", "default", "lanes16")):
+        assert mean(lo, k) < mean("pim_at_memory_clock", k) < mean(hi, k), k
+    assert "the memory clock lies in between" in words
     assert f"A 4x mode switch** costs {_span((-x for x in cut('switch_x4')), '.1f')}% " \
            f"(MobileNetV2 {s('mobilenetv2', 'switch_x4')} ms, DenseNet-121 " \
            f"{s('densenet121', 'switch_x4')})" in words
