@@ -612,3 +612,16 @@ def test_laysa_md_holds_the_bench_laysa_files():
     assert f"costs {100 * (g[0] / row['sgd'][0] - 1):.1f}% of ResNet-18's step time" in words
     sp = [row[v][2] for v in ("sgd", "gradsa", "laysa")]
     assert f"(ResNet-18 {min(sp):.3f}-{max(sp):.3f}x)" in words
+
+
+def test_laysa_md_wire_time_arithmetic():
+    """docs/laysa.md: ResNet-50's exchange at density 0.001: its kept elements, 2.4 bytes each
+    (GradSA's measured average, the runtime's constant) a rank, 3 payloads in at 10 Gbit/s."""
+    from pimrt import zoo
+    n = zoo.count_params(zoo.build("resnet50", device="meta"))
+    from pimrt.runtime.exchange import PAYLOAD_BYTES_PER_ELEMENT
+    assert PAYLOAD_BYTES_PER_ELEMENT == 2.4
+    k = n * 0.001
+    words = _words("laysa.md")
+    assert f"(ResNet-50: {k / 1e3:.1f} k elements, {k * 2.4 / 1e3:.0f} kB a rank, 3 payloads in " \
+           f"at 10 Gbit/s: {3 * k * 2.4 * 8 / 10e9 * 1e3:.2f} ms a step)" in words
