@@ -10,7 +10,10 @@ as whole processes, from `pimrt bench memctl --dramsim3 BUILD --json` (bench-mem
     python scripts/doc_tables.py docs/figures/gradsa-scale.json    # the bench's own table
     python scripts/doc_tables.py docs/figures/bench-speed.json     # pimrt bench speed's runs
     python scripts/doc_tables.py docs/figures/sensitivity.csv      # the sensitivity study
+    python scripts/doc_tables.py docs/figures/sensitivity.csv resnet18   # ... and one model
     python scripts/doc_tables.py docs/figures/bench-memctl.json    # memctl vs DRAMsim3 speed
+    python scripts/doc_tables.py docs/figures/host-v100.json       # pimrt bench host's errors
+    python scripts/doc_tables.py docs/figures/laysa-*.json         # pimrt bench laysa's memory
 
 tests/test_docs_figures.py checks that the docs hold these tables as rendered here, so a
 figure in them is the results file's."""
@@ -325,6 +328,33 @@ def pim16_table(results: dict) -> list[str]:
     return out
 
 
+_HOST_GROUPS = (("all", None, None), ("forward", "by_phase", "forward"),
+                ("backward_data", "by_phase", "backward_data"),
+                ("backward_weight", "by_phase", "backward_weight"), ("GEMM", "by_phase", "gemm"),
+                ("1x1", "by_class", "1x1"), ("3x3 stride 1", "by_class", "3x3 stride 1"),
+                ("strided", "by_class", "strided"), ("large filter", "by_class", "large filter"))
+
+
+def host_table(results: dict) -> list[str]:
+    """`pimrt bench host`'s JSON (host-v100.json): per phase and per class of kernel the
+    error factor, the share within +-25% and the fitted / held-out error factors, as
+    docs/host_model.md quotes them."""
+    name = results["host_part"].lower().replace("-", "_")
+    dataset = {"fp32": "FP32", "fp16mixed": "FP16-mixed"}.get(results["dataset"],
+                                                                 results["dataset"])
+    out = [f"| {name} vs {dataset} | kernels | error factor | within +-25% | fitted / held-out "
+           "error factor |", "|---|---|---|---|---|"]
+    for label, group, key in _HOST_GROUPS:
+        g = results if group is None else results[group][key]
+        a = g["all"] if group else results["all"]
+        f = g["fitted"] if group else results["fitted"]
+        h = g["held_out"] if group else results["held_out"]
+        out.append(f"| {label} | {a['kernels']} | {a['error_factor']:.3f} | "
+                   f"{100 * a['within_25pct']:.0f}% | {f['error_factor']:.3f} / "
+                   f"{h['error_factor']:.3f} |")
+    return out
+
+
 def sensitivity_table(rows: list[dict]) -> list[str]:
     """A sweep's results.csv (the sensitivity study, docs/sweep-sensitivity.toml) as the
     model-by-variant table of docs/runtime.md: each cell the authority step, its speedup over
@@ -353,12 +383,81 @@ def sensitivity_table(rows: list[dict]) -> list[str]:
     return out
 
 
+def sensitivity_model_rows(rows: list[dict], model: str) -> list[str]:
+    """One model's row of the sensitivity study per variant (docs/sweep.md): the GPU-only,
+    serial and authority steps, the speedups and step / bound, from the sweep's results.csv."""
+    out = ["| variant | GPU-only ms | serial ms | authority ms | vs GPU-only | vs serial | "
+           "step / bound |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["model"] == model:
+            f = lambda k: float(r[k])                           # noqa: E731
+            out.append(f"| {r['variant']} | {f('gpu_only_step_ms'):.3f} | "
+                       f"{f('serial_step_ms'):.3f} | {f('step_ms'):.3f} | "
+                       f"{f('speedup_vs_gpu_only'):.3f}x | {f('speedup_vs_serial'):.3f}x | "
+                       f"{f('step_vs_bound'):.3f} |")
+    return out
+
+
+_NET = {"resnet18": "ResNet-18", "resnet_cifar_20": "ResNet-20", "resnet20": "ResNet-20"}
+
+
+def _laysa_label(results: dict) -> str:
+    st = results["settings"]
+    return f"{_NET.get(st['model'], st['model'])}, {results['budget'] / 2**20:.0f} MiB"
+
+
+def laysa_memory_table(runs: list[dict]) -> list[str]:
+    """`pimrt bench laysa --json` files (docs/laysa.md): per run and variant the memory
+    meter's device and host MiB, the ledger and its split at the peak, and the largest batch
+    found by real runs (the bench's columns without its timings: step s and images/s follow the
+    machine's load)."""
+    m = lambda n: f"{n / 2**20:.2f}"                                # noqa: E731
+    out = ["| model, budget | variant | device MiB | vs GradSA | host MiB | ledger | saved | grad "
+           "| res+mom | comm | upd | max batch |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for res in runs:
+        rows, cap = res["rows"], res["settings"]["max_batch"]
+        base = rows.get("gradsa")
+        for v, r in rows.items():
+            a, dev = r["at_peak"], r["meter_device_bytes"]
+            vs = 100 * (dev / base["meter_device_bytes"] - 1) if base else 0.0
+            mb = (">=" if r["max_batch"] >= cap or not r["search_bracketed"] else "") \
+                + str(r["max_batch"])
+            out.append(f"| {_laysa_label(res)} | {v} | {m(dev)} | {vs:+.1f}% | "
+                       f"{m(r['meter_host_bytes'])} | {m(r['peak_bytes'])} | {m(a['saved'])} | "
+                       f"{m(a['grad'])} | {m(a['residual'] + a['momentum'])} | {m(a['comm'])} | "
+                       f"{m(a['update'])} | {mb} |")
+    return out
+
+
+def laysa_search_table(runs: list[dict]) -> list[str]:
+    """The largest-batch search's real runs of `pimrt bench laysa --json` files: per variant
+    each batch tried (meter MiB, fits or not), the largest batch, the meter's and the
+    ledger's MiB there."""
+    out = ["| model, budget | variant | runs | largest batch | meter MiB there | ledger MiB there |",
+           "|---|---|---|---|---|---|"]
+    for res in runs:
+        cap = res["settings"]["max_batch"]
+        for v, r in res["rows"].items():
+            tried = ", ".join(f"{b} {'fits' if ok else 'not'} ({n / 2**20:.1f})"
+                              for b, n, ok in r["search_runs"])
+            mb = (">=" if r["max_batch"] >= cap or not r["search_bracketed"] else "") \
+                + str(r["max_batch"])
+            there = [r.get("max_batch_device_bytes"), r.get("max_batch_ledger_bytes")]
+            cells = " | ".join("-" if n is None else f"{n / 2**20:.1f}" for n in there)
+            out.append(f"| {_laysa_label(res)} | {v} | {tried} | {mb} | {cells} |")
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[0].endswith(".csv"):                      # a sweep's results.csv
         import csv
         with open(argv[0], newline="") as fh:
-            print("\n".join(sensitivity_table(list(csv.DictReader(fh)))))
+            rows = list(csv.DictReader(fh))
+        print("\n".join(sensitivity_table(rows)))
+        if len(argv) > 1:                             # and one model's rows (docs/sweep.md)
+            print()
+            print("\n".join(sensitivity_model_rows(rows, argv[1])))
         return 0
     data = [json.load(open(a)) for a in argv]
     if isinstance(data[0], list) and len(data) == 2:  # an AMP compare.json and the fp32 one
@@ -369,10 +468,17 @@ def main(argv=None) -> int:
             print("\n".join(table(data[0])))
             print()
         return 0
+    if data[0].get("settings", {}).get("bench") == "laysa":   # pimrt bench laysa --json
+        print("\n".join(laysa_memory_table(data)))
+        print()
+        print("\n".join(laysa_search_table(data)))
+        return 0
     if "runs" in data[0]:                             # pimrt bench speed's speed.json
         print("\n".join(speed_table(data[0], "baseline")))
     elif "dramsim3" in data[0].get("settings", {}):      # pimrt bench memctl --json
         print("\n".join(memctl_speed_table(data[0])))
+    elif "by_phase" in data[0]:                        # pimrt bench host's JSON
+        print("\n".join(host_table(data[0])))
     elif "target_elements_per_s" in data[0]:           # pimrt bench pim --json
         print("\n".join(pim_speed_table(data[0])))
     elif "dtypes" in data[0].get("settings", {}):      # pimrt bench pim16 --json

@@ -169,3 +169,489 @@ def test_pim_md_holds_the_unit_speed_tables(results, table):
             assert min(ns[k, n] for k in ("ADD", "MUL", "MAD")) > 1.5 * ns["MOV G, B", n]
     else:
         assert all(r["equal_to_golden"] for r in data["results"])
+
+
+# ------------------------------------------------------------- figures quoted in the prose
+# A figure a page quotes beside a generated table (a mean, a range, a model's value) is read
+# from the same results file here, formatted as the page prints it: a re-measured file
+# whose prose was not updated fails.
+def _words(doc: str) -> str:
+    return " ".join((ROOT / "docs" / doc).read_text().split())
+
+
+def _load(name: str):
+    return json.loads((FIG / name).read_text())
+
+
+def _compare(name: str) -> tuple[list[str], dict]:
+    return doc_tables._by(_load(name))
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs)
+
+
+def _span(xs, fmt: str = ".3f") -> str:
+    xs = list(xs)
+    return f"{min(xs):{fmt}}-{max(xs):{fmt}}"
+
+
+def test_host_model_md_holds_the_bench_host_tables():
+    """docs/host_model.md "Calibration": the v100 table is docs/figures/host-v100.json as
+    doc_tables.host_table renders it; the prose's v100 and v100_tc figures (the convolutions
+    alone, the worst rows, the per-phase error factors) and the counts of the data are the
+    two JSON files'; runtime.md and precision.md quote the same error factors."""
+    import math
+    v, tc = _load("host-v100.json"), _load("host-v100_tc.json")
+    text = (ROOT / "docs" / "host_model.md").read_text()
+    rows = doc_tables.host_table(v)
+    missing = [r for r in rows if r not in text.splitlines()]
+    assert not missing, f"docs/host_model.md lacks these rows of host-v100.json: {missing[:3]}"
+    words = " ".join(text.split())
+
+    def convs(res):
+        c = [r for r in res["rows"] if r["class"] != "gemm"]
+        ef = math.exp(_mean(abs(math.log(r["ratio"])) for r in c))
+        return len(c), ef, _mean(0.75 <= r["ratio"] <= 1.25 for r in c)
+
+    n, ef, w = convs(v)
+    assert n == 272 and f"The 272 convolutions alone: error factor {ef:.3f}, {100 * w:.0f}% " \
+                       f"within +-25%" in words
+    big = [r["ratio"] for r in v["rows"] if r["shape"].startswith("Vision 7x7x832 k128 5x5")]
+    assert f"(7x7x832 with a 5x5 filter, measured {1 / min(big):.1f}x slower than any " \
+           f"algorithm modelled)" in words
+    assert min(big) == v["all"]["min_ratio"]
+    s2 = [r["ratio"] for r in v["rows"] if r["phase"] == "backward_data" and r["app"] == "Resnet"
+          and " 1x1 " in r["shape"] and "s2,2" in r["shape"] and r["ratio"] > 1.25]
+    assert f"ResNet-50 ({_span(s2, '.1f')}x too slow)" in words
+    tiny = next(r for r in v["rows"] if r["shape"] == "DeepSpeech M512 K512 NN")
+    assert f"a {1000 * tiny['measured_ms']:.0f} us kernel against a modelled " \
+           f"{1000 * tiny['modelled_ms']:.0f} us" in words
+    a, p = tc["all"], tc["by_phase"]
+    n, ef, _ = convs(tc)
+    assert f"error factor {a['error_factor']:.3f} over all {a['kernels']} kernels (fitted " \
+           f"{tc['fitted']['error_factor']:.3f}, held out {tc['held_out']['error_factor']:.3f}), " \
+           f"{100 * a['within_25pct']:.0f}% within +-25% (forward " \
+           f"{p['forward']['all']['error_factor']:.3f}, backward_data " \
+           f"{p['backward_data']['all']['error_factor']:.3f}, backward_weight " \
+           f"{p['backward_weight']['all']['error_factor']:.3f}, GEMM " \
+           f"{p['gemm']['all']['error_factor']:.3f}); the 272 convolutions {ef:.3f}" in words
+    first = [r["ratio"] for r in tc["rows"] if r["class"] != "gemm"
+             and r["shape"].split()[-5].split("x")[-1] in ("1", "3")]
+    assert max(first) == a["max_ratio"]
+    assert f"(3 or 1 input channels; up to {max(first):.1f}x too slow)" in words
+    late = [r["ratio"] for r in tc["rows"] if " 7x7x" in f" {r['shape'].split(' ', 1)[1]}"
+            and " 1x1 " in r["shape"]]
+    assert min(late) == a["min_ratio"]
+    assert f"(measured up to {1 / min(late):.1f}x slower than modelled" in words
+    # the data: 94 convolutions x 3 phases but 10 first layers' backward_data, 160 GEMMs
+    assert [v["by_phase"][k]["all"]["kernels"] for k in ("forward", "backward_data",
+                                                         "backward_weight", "gemm")] \
+        == [94, 84, 94, 160]
+    assert "94 convolutions x forward, backward-data (but 10 first layers) and " \
+           "backward-weight = 272 kernels, and 160 GEMMs" in words
+    assert f"{v['fitted']['kernels']} fitted, {v['held_out']['kernels']} held out" in words
+    gemm_bytes = sum(r["class"] == "gemm" and r["memory"] == "bytes" for r in v["rows"])
+    assert f"({gemm_bytes} of the 160 GEMMs, each compute-bound)" in words
+    # the whole-network check against NVIDIA's 367 img/s
+    _, c224 = _compare("compare-224.json")
+    ms = c224["resnet50", "authority"]["gpu_only_step_ms"]
+    assert f"{ms:.3f} ms, {32000 / ms:.0f} img/s, {32000 / ms / 367:.3f} of the published " \
+           f"FP32 rate (the step {ms / (32000 / 367):.2f}x longer than 367 img/s implies)" in words
+    rt, pr = _words("runtime.md"), _words("precision.md")
+    assert f"error factor {v['all']['error_factor']:.3f} over {v['all']['kernels']} kernels, " \
+           f"{v['held_out']['error_factor']:.3f} on the held-out ones" in rt
+    for doc in (rt, pr):
+        assert f"error factor of {a['error_factor']:.3f}" in doc \
+            or f"error factor {a['error_factor']:.3f}" in doc
+
+
+def test_runtime_and_precision_md_prose_is_the_compare_files():
+    """The means, ranges and single steps docs/runtime.md and docs/precision.md quote beside
+    the step tables: bank_partition's means, the slack rule's steps where the per-layer one is
+    kept, the AMP step over the fp32 one, step / bound, MobileNetV2 at 224x224 under AMP."""
+    rt, pr = _words("runtime.md"), _words("precision.md")
+    models, c32 = _compare("compare-32.json")
+    _, c224 = _compare("compare-224.json")
+    _, a32 = _compare("compare-amp-fp16-32.json")
+    _, a224 = _compare("compare-amp-fp16-224.json")
+    for c in (c32, c224):
+        bp = [c[m, "bank_partition"] for m in models]
+        assert f"(bank_partition mean: {_mean(r['speedup_vs_gpu_only'] for r in bp):.3f}x over " \
+               f"GPU-only, {_mean(r['speedup_vs_serial'] for r in bp):.3f}x of serial" in rt
+    low = min((c[m, "bank_partition"]["speedup_vs_serial"], m, size) for m in models
+              for c, size in ((c32, 32), (c224, 224)))
+    assert low[1:] == ("mobilenetv2", 224)
+    assert f"(down to {low[0]:.3f}x of serial, MobileNetV2 at 224x224, below)" in rt
+    bound = {size: _mean(c[m, "authority"]["step_vs_bound"] for m in models)
+             for c, size in ((c32, 32), (c224, 224))}
+    ab = {size: [a[m, "authority"]["step_vs_bound"] for m in models]
+          for a, size in ((a32, 32), (a224, 224))}
+    assert f"(mean {_mean(ab[32]):.3f} against {bound[32]:.3f})" in pr
+    assert [m for m, x in zip(models, ab[32]) if x <= 1.05] == ["resnet18", "vgg16"]
+    assert "the aim of 5% holds for ResNet-18 and VGG-16 only" in pr
+    assert [m for m, x in zip(models, ab[224]) if x <= 1.05] == ["resnet18", "densenet121"]
+    assert f"the 5% aim holds for ResNet-18 and DenseNet-121 here (MobileNetV2 {ab[224][4]:.3f})" \
+        in pr
+    tail = f"step / bound {_span(ab[224])} (mean {_mean(ab[224]):.3f}"
+    assert f"{tail}, fp32's {bound[224]:.3f})" in pr and f"{tail}), against fp32's " \
+                                                          f"{bound[224]:.3f}" in rt
+    for a, c, size in ((a32, c32, 32), (a224, c224, 224)):
+        ratio = _span((a[m, "authority"]["step_ms"] / c[m, "authority"]["step_ms"]
+                       for m in models), ".2f")
+        assert f"{ratio} of the fp32 step" in rt, size
+    assert f"at {ratio} of the fp32 step" in pr
+    kept = {size: [m for m in models if a[m, "authority"]["authority_rule_kept"] == "layer"]
+            for a, size in ((a32, 32), (a224, 224))}
+    assert kept == {32: ["resnet50", "densenet121"], 224: ["resnet18", "vgg16"]}
+    slack = {size: [a[m, "authority"]["slack_rule_step_ms"] for m in kept[size]]
+             for a, size in ((a32, 32), (a224, 224))}
+    step = {size: [a[m, "authority"]["step_ms"] for m in kept[size]]
+            for a, size in ((a32, 32), (a224, 224))}
+    assert f"(the slack rule's: {slack[32][0]:.3f} and {slack[32][1]:.3f} ms)" in rt
+    assert f"({slack[32][0]:.3f} ms against {step[32][0]:.3f}, {slack[32][1]:.3f} against " \
+           f"{step[32][1]:.3f})" in pr
+    assert f"(the per-layer rule's step kept on ResNet-18 and VGG-16: {slack[224][0]:.3f} -> " \
+           f"{step[224][0]:.3f} ms, {slack[224][1]:.3f} -> {step[224][1]:.3f})" in rt
+    assert f"(the slack rule's: {slack[224][0]:.3f} and {slack[224][1]:.3f} ms)" in pr
+    assert [m for m in models if c224[m, "authority"].get("authority_rule_kept") == "layer"] \
+        == ["resnet18", "resnet50", "vgg16", "densenet121"]
+    mb = a224["mobilenetv2", "authority"]
+    for doc in (rt, pr):
+        assert f"(MobileNetV2 by only {mb['speedup_vs_gpu_only']:.3f}x over GPU-only" in doc
+        assert f"serial host+PIM, {mb['serial_step_ms']:.3f} ms, is slower than GPU-only, " \
+               f"{mb['gpu_only_step_ms']:.3f} ms)" in doc
+        assert f"{_mean(a224[m, 'authority']['speedup_vs_gpu_only'] for m in models):.3f}x and " \
+               f"{_mean(a224[m, 'authority']['speedup_vs_serial'] for m in models):.3f}x on " \
+               f"average" in doc
+    def host_alone(r):
+        return r["bound_host_busy_cycles"] * r["step_ms"] / r["makespan_cycles"]
+
+    alone = [host_alone(a32[m, "authority"]) / host_alone(c32[m, "authority"]) for m in models]
+    io = [a32[m, "authority"]["energy_mj"]["counts"]["host_io_bytes"]
+          / c32[m, "authority"]["energy_mj"]["counts"]["host_io_bytes"] for m in models]
+    assert {f"{x:.2f}" for x in io} == {"0.50"}
+    assert f"the Tensor-Core host's tasks alone take {_span(alone, '.2f')} of their fp32 time " \
+           f"with half the bytes (the host's I/O bytes 0.50 of fp32's)" in pr
+    # the 16-bit batch norm's cycles per element over the fp32 kernel's (kernel_cycles.json)
+    from pimrt.pim.cycles import cycles_per_element as cpe
+    x = [cpe(f"{k}_{d}", n) / cpe(k, n) for k in ("bn_stats_ch", "bn_apply_ch",
+                                                   "bn_bwd_stats_ch", "bn_bwd_apply_ch")
+         for d in ("f16", "bf16") for n in (8, 16)]
+    for doc in (rt, pr):
+        assert f"16-bit batch norm costs {_span(x, '.1f')}x" in doc
+    assert f"batch norm costs {_span(x, '.1f')}x the fp32 kernel's cycles per element" in pr
+    # the default system, as the runs report it
+    sysm = c32["resnet18", "authority"]["system"]["memory"]
+    assert (sysm["channels"], round(sysm["peak_gbs"]), sysm["pim_units"], sysm["pim_lanes"],
+            sysm["pim_clock_mhz"], round(sysm["clock_mhz"])) == (32, 898, 256, 8, 300.0, 877)
+    assert f"clock_ratio` = 300 MHz / 877 MHz = {sysm['pim_clock_ratio']:.3f}" in rt
+    assert f"{sysm['host_outstanding_requests']} on the four stacks " \
+           f"({sysm['host_outstanding_requests'] / 32:.0f} per channel)" in rt
+
+
+def test_runtime_md_holds_the_authority_bench():
+    """docs/runtime.md "The authority parameters": the table of `pimrt bench authority` is
+    docs/figures/authority.json, and so are the figures the prose draws from it."""
+    res = _load("authority.json")
+    text = (ROOT / "docs" / "runtime.md").read_text().splitlines()
+    for r in res:
+        p = r["grid_best_params"]
+        row = (f"| {r['model']} | {r['serial']:,} | {r['fixed']:,} | {r['layer_rule']:,} | "
+               f"{r['rule']:,} | {r['slack_oracle']:,} | {r['grid_best']:,} ({p[0]}, {p[1]}) | "
+               f"{r['rule'] / r['grid_best']:.3f} |")
+        assert row in text, row
+        assert r["rule"] == r["slack_oracle"]          # "gives the oracle's step on both"
+        assert f"{r['rule'] / r['grid_best']:.3f}" == "1.000"
+    words = _words("runtime.md")
+    by = {r["model"]: r for r in res}
+    assert f"(the per-layer rule is {100 * (by['resnet18']['layer_rule'] / by['resnet18']['grid_best'] - 1):.1f}% " \
+           f"above it on ResNet-18)" in words
+    assert f"(the small ResNet's serial step is {by['resnet_cifar_20']['serial'] / 1e6:.2f} M cycles)" \
+        in words
+    gains = [r["serial"] / r[k] - 1 for r in res for k in ("fixed", "layer_rule", "rule",
+                                                           "slack_oracle")]
+    assert f"every rule is within {100 * min(gains):.1f}-{100 * max(gains):.1f}% of serial" \
+        in words
+
+
+def test_runtime_md_sensitivity_prose_is_the_csv():
+    """docs/runtime.md "Sensitivity": the bullets under the table quote
+    docs/figures/sensitivity.csv (the smallest margins, the variants' steps and means)."""
+    import csv
+    with open(FIG / "sensitivity.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    by = {(r["model"], r["variant"]): r for r in rows}
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    f = lambda m, v, k: float(by[m, v][k])                           # noqa: E731
+    words = _words("runtime.md")
+    low_s = min((float(r["speedup_vs_serial"]), r["variant"], r["model"]) for r in rows)
+    assert low_s[1] == "lanes16" and all(
+        f"{f(m, 'lanes16', 'speedup_vs_serial'):.2f}" == f"{low_s[0]:.2f}"
+        for m in ("resnet18", "resnet50"))
+    assert f"(the smallest margins: {low_s[0]:.2f}x over serial with 16 lanes on ResNet-18 and " \
+           f"ResNet-50" in words
+    low_g = sorted((float(r["speedup_vs_gpu_only"]), r["variant"], r["model"]) for r in rows)
+    assert {(v, m) for x, v, m in low_g if f"{x:.2f}" == f"{low_g[0][0]:.2f}"} \
+        == {("default", "resnet18"), ("switch_x4", "resnet18")}
+    assert f"{low_g[0][0]:.2f}x over GPU-only, ResNet-18 on the default system and with the " \
+           f"4x mode switch)" in words
+    g = lambda m, v: f"{f(m, 'default', 'gpu_only_step_ms'):.2f} -> {f(m, v, 'gpu_only_step_ms'):.2f}"  # noqa: E731,E501
+    assert f"(GPU-only ResNet-18 {g('resnet18', 'one_stack')} ms, DenseNet-121 " \
+           f"{g('densenet121', 'one_stack')})" in words
+    mean = lambda v, k: _mean(f(m, v, k) for m in models)            # noqa: E731
+    assert f"mean {mean('one_stack', 'speedup_vs_gpu_only'):.3f}x over GPU-only, but the steps " \
+           f"sit furthest from the bound (DenseNet-121 {f('densenet121', 'one_stack', 'step_vs_bound'):.3f}" \
+        in words
+    assert max(models, key=lambda m: f(m, "one_stack", "step_vs_bound")) == "densenet121"
+    one = {m: f(m, "one_stack", "speedup_vs_gpu_only") for m in models}
+    assert min(one, key=one.get) == "mobilenetv2"
+    assert f"({one['mobilenetv2']:.2f}x against " \
+           f"{f('mobilenetv2', 'default', 'speedup_vs_gpu_only'):.2f}x on the default system)" in words
+
+    def alone(m, v):
+        return f(m, v, "bound_host_busy_cycles") * f(m, v, "step_ms") / f(m, v, "makespan_cycles")
+
+    shrink = [alone(m, "default") / alone(m, "tensor_core_host") for m in models]
+    assert f"shrinks the host's work {_span(shrink, '.1f')}x (host alone ResNet-50 " \
+           f"{alone('resnet50', 'default'):.2f} -> {alone('resnet50', 'tensor_core_host'):.2f} ms)" \
+        in words
+    assert f"mean {mean('tensor_core_host', 'speedup_vs_gpu_only'):.3f}x over GPU-only, " \
+           f"{mean('tensor_core_host', 'speedup_vs_serial'):.3f}x over serial, energy " \
+           f"{mean('tensor_core_host', 'energy_mj.vs_gpu_only'):.3f} of GPU-only's; the step moves " \
+           f"away from the bound ({mean('tensor_core_host', 'step_vs_bound'):.3f})" in words
+
+    def cut(v):
+        return [100 * (1 - f(m, v, "step_ms") / f(m, "default", "step_ms")) for m in models]
+
+    s = lambda m, v, k="step_ms": f"{f(m, 'default', k):.2f} -> {f(m, v, k):.2f}"  # noqa: E731
+    assert f"16 lanes shorten the co-executed step by {_span(cut('lanes16'), '.1f')}% " \
+           f"(MobileNetV2 {s('mobilenetv2', 'lanes16')} ms, DenseNet-121 " \
+           f"{s('densenet121', 'lanes16')}) and the serial one more (MobileNetV2 " \
+           f"{s('mobilenetv2', 'lanes16', 'serial_step_ms')})" in words
+    assert f"the mean over serial falls from {mean('default', 'speedup_vs_serial'):.3f}x to " \
+           f"{mean('lanes16', 'speedup_vs_serial'):.3f}x while the mean over GPU-only rises to " \
+           f"{mean('lanes16', 'speedup_vs_gpu_only'):.3f}x" in words
+    # "A faster PIM shortens every step ... the memory clock lies in between"
+    assert all(x > 0 for v in ("lanes16", "pim_at_memory_clock") for x in cut(v))
+    for k, lo, hi in (("speedup_vs_serial", "lanes16", "default"),
+                      ("speedup_vs_gpu_only", "default", "lanes16")):
+        assert mean(lo, k) < mean("pim_at_memory_clock", k) < mean(hi, k), k
+    assert "the memory clock lies in between" in words
+    assert f"A 4x mode switch** costs {_span((-x for x in cut('switch_x4')), '.1f')}% " \
+           f"(MobileNetV2 {s('mobilenetv2', 'switch_x4')} ms, DenseNet-121 " \
+           f"{s('densenet121', 'switch_x4')})" in words
+
+
+def test_energy_md_prose_is_the_compare_files():
+    """docs/energy.md "What the figures say": the shares, savings and ResNet-50's parts are
+    docs/figures/compare-32.json's and compare-224.json's."""
+    words = _words("energy.md")
+    models, c32 = _compare("compare-32.json")
+    _, c224 = _compare("compare-224.json")
+    host, conv = [], []
+    for c in (c32, c224):
+        for r in c.values():
+            e = r["energy_mj"]
+            host += [e["host"] / e["total"], e["gpu_only_parts"]["host"] / e["gpu_only_total"]]
+            conv.append(e["components"]["host_compute"] / e["total"])
+    pct = lambda xs: f"{100 * min(xs):.0f}-{100 * max(xs):.0f}%"   # noqa: E731
+    assert f"({pct(host)}: its CONVs' executed FLOPs {pct(conv)}, its static power the rest)" \
+        in words
+    assert f"so the CONVs' share of the energy is {pct(conv)}" in words
+    r50 = c32["resnet50", "authority"]
+    assert f"ResNet-50 at 32x32 {50 * r50['gpu_only_step_ms']:,.0f} mJ GPU-only, " \
+           f"{50 * r50['step_ms']:,.0f} authority" in words
+    save = {}
+    for c, size in ((c32, 32), (c224, 224)):
+        e = [c[m, "authority"]["energy_mj"] for m in models]
+        save[size] = ([1 - x["vs_gpu_only"] for x in e], [1 - x["vs_serial"] for x in e],
+                      _mean(x["vs_gpu_only"] for x in e), _mean(x["vs_serial"] for x in e))
+    g32, s32, mg32, ms32 = save[32]
+    g224, s224, mg224, ms224 = save[224]
+    assert f"Authority uses {pct(g32)} less energy than GPU-only at 32x32 ({mg32:.3f} on " \
+           f"average; {pct(g224)} and {mg224:.3f} at 224x224) and {pct(s32)} less than serial " \
+           f"({ms32:.3f}; {pct(s224)} and {ms224:.3f})" in words
+    e = r50["energy_mj"]
+    assert f"(ResNet-50 at 32x32: {e['gpu_only_parts']['dram']:.1f} mJ DRAM + " \
+           f"{e['gpu_only_parts']['io']:.1f} I/O); with the PIM running them the DRAM falls to " \
+           f"{e['dram']:.1f} mJ and the I/O to {e['io']:.1f}, while the PIM adds {e['pim']:.1f}" \
+        in words
+    worse = [m for m in models if c32[m, "bank_partition"]["energy_mj"]["vs_serial"] > 1]
+    assert worse == ["resnet50", "mobilenetv2"]
+    assert f"on ResNet-50 ({c32['resnet50', 'bank_partition']['energy_mj']['vs_serial']:.3f} at " \
+           f"32x32) and MobileNetV2 " \
+           f"({c32['mobilenetv2', 'bank_partition']['energy_mj']['vs_serial']:.3f})" in words
+
+
+def test_layrub_md_holds_the_cuda_run():
+    """docs/layrub.md "On CUDA": the table and the ranges under it are
+    docs/figures/gpu-h200/layrub.txt's (`pimrt bench layrub --device cuda`)."""
+    rows = {}
+    for line in (FIG / "gpu-h200" / "layrub.txt").read_text().splitlines()[2:]:
+        c = line.split()
+        if len(c) == 8 and c[0][0].isalpha() and c[2][0].isdigit():
+            rows[c[0], c[1]] = c
+    names = {"resnet50": "ResNet-50", "resnet101": "ResNet-101", "resnet152": "ResNet-152",
+             "vgg16": "VGG-16"}
+    text = (ROOT / "docs" / "layrub.md").read_text().splitlines()
+    for m, name in names.items():
+        cell = lambda v: f"{rows[m, v][2]} ({rows[m, v][3]})"         # noqa: E731
+        row = (f"| {name} | {rows[m, 'plain'][2]} | {cell('save_on_cpu')} | "
+               f"{cell('checkpoint-block')} | {cell('checkpoint-seq')} | {cell('layrub')} | "
+               f"{rows[m, 'layrub'][4]} |")
+        assert row in text, row
+    words = _words("layrub.md")
+    resnets = [m for m in names if m.startswith("resnet")]
+    soc = [float(rows[m, "save_on_cpu"][4]) for m in resnets]
+    lay = [float(rows[m, "layrub"][4]) for m in resnets]
+    assert f"({_span(soc, '.1f')} MiB of host memory on the ResNets against Layrub's " \
+           f"{_span(lay, '.1f')})" in words
+    dev = {v: [float(rows[m, v][2]) for m in resnets] for v in ("save_on_cpu", "layrub")}
+    assert len(set(dev["save_on_cpu"])) == 1
+    assert f"({dev['save_on_cpu'][0]:.1f} MiB for `save_on_cpu` on every ResNet, " \
+           f"{_span(dev['layrub'], '.1f')} for Layrub)" in words
+    wall = [float(c[5]) for c in rows.values()]
+    assert f"the steps take {1000 * min(wall):.0f}-{1000 * max(wall):.0f} ms" in words
+    t = [float(c[7].rstrip("%")) for (m, v), c in rows.items() if v != "plain"]
+    assert f"(+{min(t):.0f}% to +{max(t):.0f}% against plain)" in words
+
+
+def test_memctl_md_speed_prose_is_the_bench_file_and_the_reference():
+    """docs/memctl.md "Speed": the DRAMsim3 whole-process rates it quotes are
+    docs/figures/bench-memctl.json's; the quoted ones dram-reference.md's
+    (pimrt/memctl/reference.py)."""
+    from pimrt.memctl.reference import PROCESS_SECONDS, REQUESTS
+    res = _load("bench-memctl.json")
+    words = _words("memctl.md")
+    cpu = [r["dramsim3"]["requests_per_cpu_s"] / 1e6 for r in res["rows"] if r.get("dramsim3")]
+    assert f"({_span(cpu, '.2f')} M requests a CPU-second as a whole process)" in words
+    quoted = [REQUESTS / PROCESS_SECONDS[k]["DRAMsim3"] / 1e6
+              for k in (("hbm2", "stream", 4), ("hbm2", "random", 4), ("ddr4", "stream", 1))]
+    assert f"were {quoted[0]:.2f}, {quoted[1]:.2f} and {quoted[2]:.2f} M requests/s" in words
+    core = {r["case"]: r["sim_requests_per_s"] / 1e6 for r in res["rows"]}
+    assert core and all(x >= (5 if "stream" in c else 2) for c, x in core.items()), core
+    assert "every case meets issue 24's targets for the core (5 M requests/s streaming, 2 M/s " \
+           "random on one core)" in words
+
+
+def test_traces_md_replay_line_is_the_runs_figures():
+    """docs/traces.md quotes memsim's line after a replay of ResNet-18's step (batch 32,
+    authority); the figures are the run's, docs/figures/compare-32.json's."""
+    from pimrt.trace.replay import check_line
+    _, c32 = _compare("compare-32.json")
+    r = c32["resnet18", "authority"]
+    run = {"cycles": r["makespan_cycles"], "mode_switches": r["mode_switches"],
+           "requests": r["requests"]}
+    line = check_line({"model": "resnet18", "batch": 32, "step": "authority", "run": run}, run)
+    assert f"`{line}`" in _words("traces.md")
+
+
+def test_speed_md_aim_of_issue_38_is_not_met():
+    """docs/speed.md: "The aim of issue 38 was 60 s of CPU and 0.5 GB for the 224x224 case;
+    the table shows it is not met" (docs/figures/bench-speed.json); and the block size
+    docs/architecture.md names is the runtime's."""
+    from pimrt.runtime.work import BLOCK_REQUESTS
+    runs = [r for r in _load("bench-speed.json")["runs"]
+            if r["case"] == "resnet50_224" and r["build"] == "this"]
+    assert runs and all(r["cpu_s"] > 60 or r["peak_rss_mib"] * 2**20 > 0.5e9 for r in runs)
+    assert "The aim of issue 38 was 60 s of CPU and 0.5 GB for the 224x224 case; the table " \
+           "shows it is not met" in _words("speed.md")
+    assert f"blocks of about {BLOCK_REQUESTS // 1024}K requests" in _words("architecture.md")
+
+
+def test_sweep_md_holds_the_resnet18_rows():
+    """docs/sweep.md "Figures": ResNet-18's row of each variant, docs/figures/sensitivity.csv
+    as doc_tables.sensitivity_model_rows renders it."""
+    import csv
+    with open(FIG / "sensitivity.csv", newline="") as fh:
+        rows = doc_tables.sensitivity_model_rows(list(csv.DictReader(fh)), "resnet18")
+    assert len(rows) == 8
+    text = (ROOT / "docs" / "sweep.md").read_text().splitlines()
+    missing = [r for r in rows if r not in text]
+    assert not missing, f"docs/sweep.md lacks these rows of sensitivity.csv: {missing[:2]}"
+
+
+def test_laysa_md_holds_the_bench_laysa_files():
+    """docs/laysa.md "Figures on the yardstick": the memory and search tables are
+    docs/figures/laysa-*.json (`pimrt bench laysa --json`) as doc_tables renders them, and the
+    bullets' figures are those files'; the sgd row of the PIM runtime table and the derived
+    percentages are docs/figures/compare-32.json's and the table's own."""
+    import re
+    r18, r18b, r20 = (_load(f"laysa-{n}.json") for n in ("resnet18-256MB", "resnet18-192MB",
+                                                          "resnet20-48MB"))
+    text = (ROOT / "docs" / "laysa.md").read_text()
+    lines = text.splitlines()
+    for table in (doc_tables.laysa_memory_table, doc_tables.laysa_search_table):
+        missing = [r for r in table([r18, r18b, r20]) if r not in lines]
+        assert not missing, f"docs/laysa.md lacks these rows of docs/figures/laysa-*.json: " \
+                            f"{missing[:2]}"
+    words = " ".join(text.split())
+    M = 2**20
+    dev = lambda res, v: res["rows"][v]["meter_device_bytes"]            # noqa: E731
+    led = lambda res, v: res["rows"][v]["peak_bytes"]                    # noqa: E731
+    less = lambda res, f: 100 * (1 - f(res, "laysa") / f(res, "gradsa"))  # noqa: E731
+    assert f"LaySA holds {less(r18, dev):.1f}% less device memory than GradSA alone on ResNet-18 " \
+           f"at batch 4 ({less(r20, dev):.1f}% on ResNet-20 at batch 8)" in words
+    assert f"The ledger's -{less(r18, led):.1f}% / -{less(r20, led):.1f}% leave out" in words
+    lay = r18["rows"]["laysa"]
+    assert f"(2 x {lay['param_bytes'] / M:.1f} MiB on ResNet-18)" in words
+    assert f"host pool, {lay['meter_host_bytes'] / M:.0f} MiB with Layrub's 64 MiB pool chunk" \
+        in words
+    mb = {v: r["max_batch"] for v, r in r20["rows"].items()}
+    assert f"GradSA alone {mb['gradsa']} images, Layrub alone {mb['layrub']}, naive " \
+           f"{mb['naive']}, LaySA {mb['laysa']} (+{100 * (mb['laysa'] / mb['gradsa'] - 1):.0f}% " \
+           f"over GradSA; +{100 * (mb['laysa'] / mb['layrub'] - 1):.0f}% over Layrub alone)" \
+        in words
+    r = r18["rows"]
+    assert [r[v]["max_batch"] for v in ("gradsa", "layrub", "naive", "laysa")] == [36, 128, 128,
+                                                                                  128]
+    assert f"GradSA alone 36 images; the three others reach the cap of 128 (LaySA at " \
+           f"{r['laysa']['max_batch_device_bytes'] / M:.0f} MiB there)" in words
+    b = r18b["rows"]
+    assert b["gradsa"]["max_batch"] == b["naive"]["max_batch"] == 0
+    one = b["gradsa"]["search_runs"][0]
+    assert one[0] == 1 and not one[2] and b["naive"]["search_runs"][0][1] == one[1]
+    over = next(x for x in b["layrub"]["search_runs"] if not x[2])
+    assert f"(one image: {one[1] / M:.1f} MiB, their four model-sized buffers are above the " \
+           f"budget), Layrub alone fits {b['layrub']['max_batch']} ({over[0]} did not: " \
+           f"{over[1] / M:.1f} MiB), LaySA at least 128" in words
+    lr = r20["rows"]["layrub"]
+    assert f"at Layrub's {lr['max_batch']} images it counts {lr['max_batch_ledger_bytes'] / M:.1f} " \
+           f"MiB where the meter measures {lr['max_batch_device_bytes'] / M:.1f} MiB" in words
+    short = max((x["meter_device_bytes"] - x["peak_bytes"] - x["param_bytes"]) / M
+                for x in r20["rows"].values())
+    assert f"{short:.1f} MiB at 32x32, batch 8, below" in words
+    # the PIM runtime table: sgd is compare-32's ResNet-18 authority row
+    _, c32 = _compare("compare-32.json")
+    sgd = c32["resnet18", "authority"]
+    row = {m.group(1): [float(x) for x in m.groups()[1:]] for m in re.finditer(
+        r"(sgd|gradsa|laysa) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)", text)}
+    assert row["sgd"] == [round(sgd["step_ms"], 3), round(sgd["serial_step_ms"], 3),
+                          round(sgd["speedup_vs_serial"], 3), round(sgd["gpu_only_step_ms"], 3),
+                          round(sgd["update_memory"]["peak_bytes"] / M, 1)]
+    par = sgd["update_memory"]["param_bytes"] / M
+    g, s = row["gradsa"], row["laysa"]
+    assert f"-{100 * (1 - s[4] / g[4]):.1f}% (-{100 * (1 - (s[4] - par) / (g[4] - par)):.1f}% " \
+           f"without parameters)" in words
+    assert f"LaySA needs {100 * (1 - s[4] / g[4]):.1f}% less DRAM than GradSA alone" in words
+    assert f"({100 * (1 - (s[4] - par) / (g[4] - par)):.1f}% less for what is not the " \
+           f"parameters themselves), at {100 * (s[0] / g[0] - 1):.1f}% more step time" in words
+    assert f"(ResNet-18: {4 * par:.1f} MiB a step)" in words
+    assert f"costs {100 * (g[0] / row['sgd'][0] - 1):.1f}% of ResNet-18's step time" in words
+    sp = [row[v][2] for v in ("sgd", "gradsa", "laysa")]
+    assert f"(ResNet-18 {min(sp):.3f}-{max(sp):.3f}x)" in words
+
+
+def test_laysa_md_wire_time_arithmetic():
+    """docs/laysa.md: ResNet-50's exchange at density 0.001: its kept elements, 2.4 bytes each
+    (GradSA's measured average, the runtime's constant) a rank, 3 payloads in at 10 Gbit/s."""
+    from pimrt import zoo
+    n = zoo.count_params(zoo.build("resnet50", device="meta"))
+    from pimrt.runtime.exchange import PAYLOAD_BYTES_PER_ELEMENT
+    assert PAYLOAD_BYTES_PER_ELEMENT == 2.4
+    k = n * 0.001
+    words = _words("laysa.md")
+    assert f"(ResNet-50: {k / 1e3:.1f} k elements, {k * 2.4 / 1e3:.0f} kB a rank, 3 payloads in " \
+           f"at 10 Gbit/s: {3 * k * 2.4 * 8 / 10e9 * 1e3:.2f} ms a step)" in words

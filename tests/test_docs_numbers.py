@@ -260,3 +260,471 @@ def test_gradsa_auto_index_codec_on_resnet18():
             if k <= 2:
                 assert codec == "varint", (numel, seed, codec)
     assert sum(n >= 30_000 for n in sizes) == 18
+
+
+def test_memctl_row_hit_cap_of_4():
+    """memctl.md: "A row hit cap of 4 (DRAMsim3's) instead of 16 is still worse on mix (HBM2
+    ..., DDR4 ...)": the two mix traces again with `controller.row_hit_cap = 4`."""
+    from pimrt.memctl import Controller, Options, load_part
+    from pimrt.memctl.reference import CYCLES
+    from pimrt.trace import synthetic
+    got = []
+    for part, width in (("hbm2", 4), ("ddr4", 1)):
+        ctl = Controller(load_part(part, {"controller.row_hit_cap": 4}),
+                         Options(policy="serial", issue_width=width))
+        for chunk in synthetic.mix(1_000_000):
+            ctl.feed(np.ascontiguousarray(chunk))
+        ctl.finish()
+        got.append(ctl.stats()["cycles"])
+        assert got[-1] > _memctl_cycles(part, "mix", width)          # "still worse"
+        assert abs(got[-1] / CYCLES[part, "mix", width]["DRAMsim3"] - 1) > \
+            abs(_memctl_cycles(part, "mix", width) / CYCLES[part, "mix", width]["DRAMsim3"] - 1)
+    text = " ".join(_text("memctl.md").split())
+    assert f"is still worse on mix (HBM2 {_n(got[0])}, DDR4 {_n(got[1])})" in text
+
+
+# ---------------------------------------------------------------- energy.md: against DRAMsim3
+def test_energy_md_validation_table_memctls_side():
+    """energy.md "Validation against DRAMsim3": memctl's side of every row run again (the six
+    quoted cases at 1 M requests, the six generated ones at the page's --requests 200000), the
+    quoted DRAMsim3 side and each quoted deviation as pimrt/memctl/reference.py gives them.
+    (The live rows' DRAMsim3 side needs a DRAMsim3 build: tests/test_bench_energy.py.)"""
+    import tempfile
+    from pimrt.bench import energy as be
+    from pimrt.memctl import load_part
+    from pimrt.memctl.reference import CYCLES
+    rows = {r[0]: r for r in _table_rows(_text("energy.md"), "case")}
+    assert len(rows) == 12
+    cols = ("act", "read", "write", "refresh", "active_standby", "precharged_standby", "total")
+
+    def first(cell):
+        return cell.split(" / ")[0]
+
+    for r in be._reference_rows(None):
+        part, pattern = r["case"].split("-")
+        row = rows[f"{r['case']} (quoted)"]
+        width = 4 if part == "hbm2" else 1
+        assert row[1] == f"{_n(r['cycles'])} / {_n(CYCLES[part, pattern, width]['DRAMsim3'])}"
+        for cell, k in zip(row[2:], cols):
+            mine, ref = r["memctl_uj"][k], r["dramsim3_uj"][k]
+            want = f"{mine:,.2f} / {ref:,.2f}"
+            if ref:
+                want += f" ({100 * (mine / ref - 1):+.1f}%)"
+            assert cell == want, (r["case"], k)
+    with tempfile.TemporaryDirectory() as tmp:
+        for part_name, width, kinds in (("hbm2", 4, ("act", "refresh", "bankref", "bankidle")),
+                                        ("ddr4", 1, ("act", "refresh"))):
+            for kind in kinds:
+                per_bank = kind in ("bankref", "bankidle")
+                part = load_part(part_name, {"controller.refresh": "bank"} if per_bank else None)
+                pattern = {"bankref": "act", "bankidle": "refresh"}.get(kind, kind)
+                n = 200_000 if pattern == "act" else 2_000
+                s = be.run_generated(part, *be._generated(part, pattern, n),
+                                     pathlib.Path(tmp) / "t.trace", width)
+                e = s["energy_pj"]
+                row = rows[f"{part_name}-{kind} (live{', per-bank' if per_bank else ''})"]
+                assert first(row[1]) == _n(s["cycles"])
+                for cell, k in zip(row[2:], cols):
+                    key = "refresh_bank" if per_bank and k == "refresh" else k
+                    pj = e["total"] if k == "total" else e["components"][key]
+                    assert first(cell) == f"{pj / 1e6:,.2f}", (part_name, kind, k)
+                if per_bank:
+                    assert row[5].split("; ")[1].startswith(
+                        _n(e["counts"]["bank_refreshes"]) + " / ")
+    # what the page says of the table: the live cases within 0.1% on every component, the
+    # mixes' ACT energy +1.0-1.1%, HBM2 random's precharged standby +1.2%, and per cycle of
+    # each run refresh and standby within 1.1%
+    def split(cell):
+        a, b = cell.split(";")[0].split(" / ")[:2]
+        return float(a.replace(",", "")), float(b.split(" (")[0].replace(",", ""))
+
+    per_cycle = []
+    for name, row in rows.items():
+        dev = [c.split(";")[0].split("(")[-1].rstrip(")%") for c in row[2:] if "(" in c]
+        if "(live" in name:
+            assert all(abs(float(d)) <= 0.1 for d in dev), name
+        cyc = [float(x.replace(",", "")) for x in row[1].split(" / ")]
+        for i in (5, 6, 7):                                     # refresh, standby
+            mine, ref = split(row[i])
+            if ref:
+                per_cycle.append(abs(mine * cyc[1] / cyc[0] / ref - 1))
+    text = " ".join(_text("energy.md").split())
+    assert f"refresh and standby agree within {100 * max(per_cycle):.1f}%" in text
+    act = [rows[f"{p}-mix (quoted)"][2].split("(")[1].rstrip(")%") for p in ("ddr4", "hbm2")]
+    assert f"the mixes' ACT energy ({act[0]}-{act[1].lstrip('+')}%" in text
+    pre = rows["hbm2-random (quoted)"][7].split("(")[1].rstrip(")")
+    assert f"HBM2 random's precharged standby ({pre})" in text
+
+
+# ---------------------------------------------------------------- traces.md: a CNN step's trace
+def test_traces_md_cnn_step_trace():
+    """traces.md: the GPU-only step of ResNet-20 for CIFAR (batch 4) written as a DRAMsim3
+    trace holds 1,212,747 requests, 395,093 of them writes (DRAMsim3 reports one read more:
+    it reads the trace's last line twice), and memctl (hbm2, W=4) runs it in the quoted
+    cycles; the DRAMsim3 figures beside them are a live run's (tests/test_bench_fidelity.py
+    where a build is named)."""
+    import tempfile
+    from pimrt.bench._fidelity_step import write_step_trace
+    from pimrt.memctl import Options, load_part, run_trace
+    from pimrt.trace import open_trace
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "step.trace"
+        n = write_step_trace(path)
+        with open(path) as fh:
+            writes = sum(" WRITE " in line for line in fh)
+        s = run_trace(open_trace(path, "dramsim3"), load_part("hbm2"),
+                      Options(policy="serial", issue_width=4))
+    text = " ".join(_text("traces.md").split())
+    assert f"all {_n(n)} requests done in its 3,000,000 cycles: {_n(n - writes + 1)} reads, " \
+           f"{_n(writes)} writes" in text
+    row = next(line for line in _text("traces.md").splitlines()
+               if line.startswith("hbm2-cnn-step"))
+    cells = row.split()
+    assert cells[2] == _n(s["cycles"]) and f"({_n(n)} requests" in row
+    assert cells[4] == _pct(s["cycles"], int(cells[3].replace(",", "")))
+    for doc in ("precision.md", "runtime.md"):
+        assert f"memctl {cells[4]} against DRAMsim3 on a CNN step's trace" in \
+               " ".join(_text(doc).split()) or \
+               f"{cells[4]} against DRAMsim3, docs/traces.md" in " ".join(_text(doc).split())
+
+
+# ---------------------------------------------------------------- host_model.md: ResNet-50
+_HOST_ROWS = {"conv1 (7x7/2, 3 -> 64)": ("conv1", ("forward",)),
+              "conv1": ("conv1", ("backward_weight",)),
+              "layer1.0.conv2 (3x3, 64)": ("layer1_0_conv2", ("forward", "backward_data",
+                                                               "backward_weight")),
+              "layer1.0.conv3 (1x1, 64 -> 256)": ("layer1_0_conv3", ("forward",)),
+              "layer3.0.conv2 (3x3, 256, 14x14)": ("layer3_0_conv2", ("forward",)),
+              "layer4.0.conv2 (3x3/2, 512)": ("layer4_0_conv2", ("forward", "backward_data",
+                                                                 "backward_weight")),
+              "fc (2048 -> 1000)": ("fc", ("forward",))}
+
+
+def _r50_224():
+    from pimrt import zoo
+    from pimrt.graph import capture
+    return capture(zoo.build("resnet50", input_size=224, device="meta"), (32, 3, 224, 224))
+
+
+def _host_tensors(w) -> dict:
+    """Each role of the work at its own MiB-aligned base (no shared lines)."""
+    import math
+    g = w.geom
+    shape = {"input": g.input_shape, "grad_input": g.input_shape, "output": g.output_shape,
+             "grad_output": g.output_shape, "weight": g.weight_shape,
+             "grad_weight": g.weight_shape}
+    out, base = {}, 0
+    for role in w.roles:
+        out[role] = (base, shape[role], 4)
+        base += -(-math.prod(shape[role]) * 4 // (1 << 20)) * (1 << 20)
+    return out
+
+
+def test_host_model_md_resnet50_table():
+    """host_model.md "Speed and example numbers": each row's GEMM shape, algorithm, tile,
+    split-K, compute cycles (tCK 1 ns) and DRAM MB of the request stream, on the v100 part;
+    and the whole step's compute by phase (its DRAM: the slow test below)."""
+    from pimrt.host import HostWork
+    graph = _r50_224()
+    layers = {layer.name: layer for layer in graph}
+    rows = _table_rows(_text("host_model.md"), "layer | phase | M, N, K")
+    assert [r[0] for r in rows] == list(_HOST_ROWS)
+    for name, phases, mnk, algo, cycles, mb in rows:
+        node, want = _HOST_ROWS[name]
+        works = [HostWork(layers[node], 32, p, part="v100") for p in want]
+        g = works[0].gemm
+        assert mnk == f"{g.m}, {g.n}, {g.k}", name
+        launch = works[0].launch()
+        if launch["algorithm"] == "winograd":
+            assert algo == "Winograd F(4x4,3x3)", name
+        else:
+            assert algo.startswith("implicit GEMM"), name
+            if algo != "implicit GEMM":
+                tile = "x".join(map(str, launch["tile"]))
+                assert algo.startswith(f"implicit GEMM, {tile}, {launch['split_k']}"), name
+        assert cycles == " / ".join(_n(w.compute_cycles(None, 1.0)) for w in works), name
+        got = [f"{w.dram_bytes(_host_tensors(w))['total'] / 1e6:.1f}" for w in works]
+        assert mb in (" / ".join(got), f"{got[0]} each") and (len(set(got)) == 1) == \
+            mb.endswith("each") or len(works) == 1, name
+    by_phase = {}
+    first = True
+    for layer in graph:
+        if layer.kind not in ("conv", "linear"):
+            continue
+        for p in ("forward", "backward_data", "backward_weight"):
+            if not (p == "backward_data" and first):
+                by_phase[p] = by_phase.get(p, 0) + \
+                    HostWork(layer, 32, p, part="v100").compute_cycles(None, 1.0)
+        first = False
+    ms = [by_phase[p] / 1e6 for p in ("forward", "backward_data", "backward_weight")]
+    assert f"Whole step: compute {ms[0]:.1f} + {ms[1]:.1f} + {ms[2]:.1f} = {sum(ms):.1f} ms" \
+        in " ".join(_text("host_model.md").split())
+
+
+def test_memctl_arbitration_check_on_ddr4_random():
+    """memctl.md "Timing checker": on 20,000 DDR4 random reads the round-robin log has no
+    arbitration violation and N against column_first, the column-first log M against
+    round_robin (pimrt.memctl.arbitration on each run's command log)."""
+    import io
+    from pimrt.memctl import Controller, Options, load_part
+    from pimrt.memctl.arbitration import arbitration_findings
+    from pimrt.memctl.checker import parse_command_log
+    from pimrt.memctl.controller import CommandLog
+    from pimrt.trace import synthetic
+    found = {}
+    for arb in ("round_robin", "column_first"):
+        part = load_part("ddr4", {"controller.arbitration": arb})
+        buf = io.StringIO()
+        ctl = Controller(part, Options(policy="serial", issue_width=1), cmdlog=CommandLog(buf))
+        for chunk in synthetic.random(20_000):
+            ctl.feed(np.ascontiguousarray(chunk))
+        ctl.finish()
+        log = parse_command_log(buf.getvalue())
+        found[arb] = {a: len(list(arbitration_findings(log, part, a)))
+                      for a in ("round_robin", "column_first")}
+    assert found["round_robin"]["round_robin"] == found["column_first"]["column_first"] == 0
+    text = " ".join(_text("memctl.md").split())
+    assert f"On 20,000 DDR4 random reads, memctl's round-robin log has no such violation and " \
+           f"{_n(found['round_robin']['column_first'])} against column_first; its column-first " \
+           f"log {_n(found['column_first']['round_robin'])} against round_robin." in text
+
+
+@pytest.mark.slow
+def test_host_model_md_resnet50_step_dram():
+    """host_model.md: the whole ResNet-50 step's DRAM by phase and its requests, whole layers
+    and with 4 output-channel groups per conv (the request streams generated: about 40 s)."""
+    from pimrt.host import HostWork
+    graph = _r50_224()
+    text = " ".join(_text("host_model.md").split())
+    for groups in (1, 4):
+        by_phase, first = {}, True
+        for layer in graph:
+            if layer.kind not in ("conv", "linear"):
+                continue
+            for p in ("forward", "backward_data", "backward_weight"):
+                if p == "backward_data" and first:
+                    continue
+                cout = HostWork(layer, 32, p, part="v100").geom.cout
+                for g in range(groups):
+                    w = HostWork(layer, 32, p, part="v100",
+                                 channel_range=(g * cout // groups, (g + 1) * cout // groups))
+                    by_phase[p] = by_phase.get(p, 0) + w.dram_bytes(_host_tensors(w))["total"]
+            first = False
+        total = sum(by_phase.values())
+        if groups == 1:
+            gb = [by_phase[p] / 1e9 for p in ("forward", "backward_data", "backward_weight")]
+            assert f"DRAM {gb[0]:.2f} + {gb[1]:.2f} + {gb[2]:.2f} = {total / 1e9:.1f} GB" in text
+            assert f"is {total / 64 / 1e6:.0f} M requests" in text
+        else:
+            assert f"With 4 output-channel groups per conv DRAM grows to {total / 1e9:.0f} GB" \
+                in text and f"the requests to {total / 64 / 1e6:.0f} M" in text
+
+
+# ---------------------------------------------------------------- traces.md: a step, per layer
+def test_traces_md_per_layer_rows(tmp_path):
+    """traces.md "Per layer": the rows quoted are `pimrt memsim step.npy --per-layer`'s on the
+    step the page's first command writes (ResNet-20 for CIFAR, batch 4; about 7 s)."""
+    import subprocess
+    import sys
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    run = [sys.executable, "-m", "pimrt"]
+    subprocess.run(run + ["run", "--model", "resnet_cifar_20", "--batch", "4", "--functional",
+                          "none", "--quiet", "--out", str(tmp_path / "step"), "--save-trace",
+                          str(tmp_path / "step.npy")], check=True, env=env, capture_output=True)
+    out = subprocess.run(run + ["memsim", str(tmp_path / "step.npy"), "--per-layer"],
+                         check=True, env=env, capture_output=True, text=True).stdout.splitlines()
+    text = _text("traces.md")
+    block = text[text.index("```\nlayer ") + 4:]
+    block = block[:block.index("```")].splitlines()
+    assert len(block) == 3 and block[0] in out
+    for line in block[1:]:
+        name = line.split()[0]
+        assert line == next(o for o in out if o.split()[:1] == [name]), name
+    assert "the trace holds 84,896 PIM requests" in " ".join(text.split())
+    assert any(o.split()[:2] == ["pim", "84,896"] for o in out)
+
+
+# ---------------------------------------------------------------- graph.md: the zoo
+def test_graph_md_zoo_figures():
+    """graph.md "The model zoo": each parameter count of the table is the zoo model's (224 x
+    224 forms; WRN-28-10 at 32 x 32); ResNet-110 1.73 M and ResNet-1202 19.4 M parameters; a
+    1,202-layer ResNet captures to 4,212 layers; the example's kind counts."""
+    from pimrt import zoo
+    from pimrt.graph import capture
+    rows = _table_rows(_text("graph.md"), "name | 224 x 224 (ImageNet)")
+    checked = 0
+    for name, _, params, cifar in rows:
+        if not params:
+            continue
+        names = [n.strip(" `") for n in name.split(",")]
+        names = [n.split(" (")[0].strip("` ") for n in names]
+        for n, want in zip(names, params.split(" / ")):
+            assert f"{zoo.count_params(zoo.build(n, device='meta')):,}" == want.strip(), n
+            checked += 1
+        if "WRN-28-10" in cifar:
+            got = zoo.count_params(zoo.build("wrn28_10", input_size=32, device="meta"))
+            assert f"WRN-28-10 ({got:,})" in cifar
+    assert checked == 9
+    text = " ".join(_text("graph.md").split())
+    for depth in (110, 1202):
+        p = zoo.count_params(zoo.build(f"resnet{depth}", device="meta"))
+        assert f"`resnet{depth}`: {p / 1e6:.{2 if depth == 110 else 1}f} M" in text
+    g = capture(zoo.build("resnet1202", device="meta"), (2, 3, 32, 32))
+    assert f"A 1,202-layer ResNet captures to a graph of {len(g):,} layers" in text
+    # the page's own example: print(g.kind_counts()) gives {'input': 1, 'conv': 2, ...}
+    src = _text("graph.md")
+    src = src[src.index("```python") + len("```python"):]
+    src = src[:src.index("```")]
+    ns: dict = {}
+    exec(compile(src.replace("print(", "(lambda *a: None)("), "graph.md", "exec"), ns)
+    counts = ns["g"].kind_counts()
+    shown = re.search(r"# (\{'input'.*?), \.\.\.\}", text).group(1)
+    assert str(counts).startswith(shown), (counts, shown)
+
+
+# ---------------------------------------------------------------- layrub.md
+def test_layrub_md_device_budgets_on_resnet20():
+    """layrub.md: ResNet-20, batch 4, budgets 10% / 30% / 60% / 90% of the way from full
+    offload to none: the maps kept, the bytes copied each way and held for backward (one real
+    step each, about 5 s); and the pre-check's refusal quoted for a 1 MB host budget."""
+    import torch
+    from pimrt import zoo
+    from pimrt.layrub import Layrub, LayrubBudgetError
+    torch.manual_seed(0)
+    model = zoo.build("resnet20", input_size=32)
+    x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+    full = Layrub(model, input_shape=x.shape).estimate
+    none = Layrub(model, input_shape=x.shape, offload=False).estimate
+
+    def step(lr):
+        model.zero_grad(set_to_none=True)
+        with lr:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        return lr.stats
+
+    whole = step(Layrub(model, input_shape=x.shape))
+    got = []
+    for frac in (0.1, 0.3, 0.6, 0.9):
+        budget = int(full["device_bytes"] + frac * (none["device_bytes"] - full["device_bytes"]))
+        s = step(Layrub(model, input_shape=x.shape, device_budget=budget))
+        got.append((budget, s.kept_in_budget, s.offloaded_bytes, s.saved_peak_bytes))
+    mb = lambda v: f"{v / 1e6:.2f}"                                  # noqa: E731
+    j = lambda i, f: " / ".join(f(g[i]) for g in got)                 # noqa: E731
+    text = " ".join(_text("layrub.md").split())
+    assert f"budgets between full offload ({mb(full['device_bytes'])} MB estimated, MB = 10^6 B) " \
+           f"and none ({mb(none['device_bytes'])} MB): at {j(0, mb)} MB it keeps the last " \
+           f"{j(1, str)} of {full['offloaded']} maps, copies {j(2, mb)} MB each way instead of " \
+           f"{mb(whole.offloaded_bytes)}, and holds {j(3, mb)} MB for backward" in text
+    with pytest.raises(LayrubBudgetError) as e:
+        Layrub(zoo.build("resnet20", input_size=32), input_shape=(8, 3, 32, 32),
+               host_budget="1MB")
+    assert f"`{e.value}`" in text
+
+
+def test_layrub_md_planned_peaks_at_224():
+    """layrub.md: the planner's peaks at 32 x 3 x 224 x 224 (masks per layer) against the
+    liveness baseline, reuse alone, Caffe's naive_bytes; ResNet-50's masks (about 5 s)."""
+    from pimrt import zoo
+    from pimrt.graph import capture
+    from pimrt.layrub import plan
+    from pimrt.layrub import planner as P
+    G, M = 2**30, 2**20
+    size = lambda b: f"{b / G:.2f} GiB" if b >= G else f"{b / M:.0f} MiB"  # noqa: E731
+    pct = lambda a, b: f"{100 * (a / b - 1):+.1f}%".replace("+", "")      # noqa: E731
+    names = {"resnet50": "ResNet-50", "resnet101": "ResNet-101", "resnet152": "ResNet-152",
+             "vgg16": "VGG-16", "densenet121": "DenseNet-121"}
+    peaks, reuse, naive, vs_naive, graphs = [], [], [], {}, {}
+    for name in names:
+        g = capture(zoo.build(name, device="meta"), (32, 3, 224, 224))
+        p = plan(g, batch=32, budget_bytes=None, offload=True, reuse=True, prefetch_distance=1)
+        r = plan(g, batch=32, budget_bytes=None, offload=False, reuse=True, prefetch_distance=1)
+        graphs[name] = (g, p)
+        peaks.append(f"{names[name]} {size(p.baseline_peak_bytes)} -> {size(p.peak_bytes)} "
+                     f"({pct(p.peak_bytes, p.baseline_peak_bytes)})")
+        reuse.append(100 * (r.peak_bytes / p.baseline_peak_bytes - 1))
+        naive.append(p.naive_bytes / G)
+        vs_naive[name] = [100 * (x / p.naive_bytes - 1)
+                          for x in (p.baseline_peak_bytes, r.peak_bytes, p.peak_bytes)]
+    text = " ".join(_text("layrub.md").split())
+    avg = sum(100 * (graphs[n][1].peak_bytes / graphs[n][1].baseline_peak_bytes - 1)
+              for n in names) / len(names)
+    assert ", ".join(peaks) + f": average {avg:.1f}%" in text
+    assert "Reuse alone: " + ", ".join(f"{x:.1f}%" for x in reuse) + \
+           " against the liveness baseline" in text
+    assert "(`naive_bytes`: " + ", ".join(f"{x:.1f}" for x in naive) + " GiB here)" in text
+    live = [round(v[0]) for v in vs_naive.values()]
+    lay = {n: round(v[1]) for n, v in vs_naive.items()}
+    both = {n: round(v[2]) for n, v in vs_naive.items()}
+    assert f"liveness alone already gives {max(live)}% to {min(live)}%" in text
+    others = [lay[n] for n in names if n != "densenet121"]
+    assert f"Layrub's reuse {max(others)}% to {min(others)}% ({lay['densenet121']}% " \
+           f"DenseNet-121)" in text
+    rest = [both[n] for n in names if n != "vgg16"]
+    assert f"offload + reuse {max(rest)}% to {min(rest)}% (VGG-16 {both['vgg16']}%)" in text
+    # ResNet-50: the stem's mask left out, the last ReLU's kept
+    g, p = graphs["resnet50"]
+    gr = P._Graph(g, 32, False)
+    cands = P._mask_candidates(gr, set())
+    every = P._schedule1(gr, True, set(P._offload_candidates(gr, True, 0, set())), 1, set(),
+                         set(cands))
+    assert len(cands) == 2 and p.masks == [cands[-1]]
+    assert f"(it saves a {p.buffer_bytes['A:' + p.masks[-1]] / M:.2f} MiB host copy and its two " \
+           f"transfers): {p.peak_bytes / M:.0f} MiB planned peak against {every['peak'] / M:.0f} " \
+           f"MiB with both masks" in text
+
+
+@pytest.mark.slow
+def test_layrub_md_pimrt_run_layrub(tmp_path):
+    """layrub.md: `pimrt run --layrub` on ResNet-18 (batch 32, 32x32): the two lines quoted
+    (the simulation's wall time left out), and Layrub's cost against the same step without it
+    (docs/figures/compare-32.json); about a minute."""
+    import json
+    import subprocess
+    import sys
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "pimrt", "run", "--model", "resnet18", "--batch",
+                          "32", "--input", "32", "--functional", "none", "--layrub", "--quiet",
+                          "--out", str(tmp_path / "r")], check=True, env=env,
+                         capture_output=True, text=True).stdout.splitlines()
+    text = _text("layrub.md")
+    first = next(line for line in out if line.startswith("resnet18 batch 32 32x32:"))
+    first = re.sub(r"simulated in [\d.]+ s", "simulated in ... s", first)
+    assert first in text.splitlines()
+    assert next(line for line in out if "contention-free bound" in line) in text.splitlines()
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    base = next(r for r in json.loads((DOCS / "figures" / "compare-32.json").read_text())
+                if r["model"] == "resnet18" and r["policy"] == "authority")
+    words = " ".join(text.split())
+    assert f"Without `--layrub` the same step is {base['step_ms']:.3f} ms, serial " \
+           f"{base['serial_step_ms']:.3f} and GPU-only {base['gpu_only_step_ms']:.3f}" in words
+    cost = [100 * (s[k] / base[k] - 1) for k in ("step_ms", "serial_step_ms", "gpu_only_step_ms")]
+    assert f"costs the co-executed step {cost[0]:.1f}%, serial {cost[1]:.1f}% and GPU-only " \
+           f"{cost[2]:.1f}%" in words
+
+
+@pytest.mark.slow
+def test_laysa_md_pim_runtime_rows(tmp_path):
+    """laysa.md "PIM runtime": the gradsa and laysa rows of the ResNet-18 table, `pimrt run
+    --update gradsa|laysa` again (a minute or two), and the functional check's line."""
+    import json
+    import subprocess
+    import sys
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    text = _text("laysa.md")
+    for update in ("gradsa", "laysa"):
+        subprocess.run([sys.executable, "-m", "pimrt", "run", "--model", "resnet18", "--batch",
+                        "32", "--input", "32", "--functional", "none", "--update", update,
+                        "--quiet", "--out", str(tmp_path / update)], check=True, env=env,
+                       capture_output=True)
+        s = json.loads((tmp_path / update / "summary.json").read_text())
+        want = (f"{update:<8}{s['step_ms']:>8.3f}{s['serial_step_ms']:>11.3f}"
+                f"{s['speedup_vs_serial']:>9.3f}{s['gpu_only_step_ms']:>13.3f}"
+                f"{s['update_memory']['peak_bytes'] / 2**20:>10.1f}")
+        assert any(" ".join(line.split()).startswith(" ".join(want.split()))
+                   for line in text.splitlines()), want
+    out = subprocess.run([sys.executable, "-m", "pimrt", "run", "--model", "resnet_cifar_20",
+                          "--batch", "4", "--update", "laysa", "--quiet", "--out",
+                          str(tmp_path / "f")], check=True, env=env, capture_output=True,
+                         text=True).stdout
+    line = next(x for x in out.splitlines() if "update on the PIM vs pimrt.gradsa" in x)
+    assert " ".join(line.split()) in " ".join(text.split())
