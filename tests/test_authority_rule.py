@@ -11,12 +11,13 @@ from pimrt.cli import main
 from pimrt.errors import ConfigError
 from pimrt.graph import capture
 from pimrt.memctl import load_part
-from pimrt.runtime.authority import (CRITICAL_CAP_SWITCHES, critical_parameters,
+from pimrt.runtime.authority import (BUSY_PIM_CAP_SWITCHES, BUSY_PIM_LOAD,
+                                     CRITICAL_CAP_SWITCHES, critical_parameters,
                                      slack_parameters, switch_cost, yielding_parameters)
 from pimrt.runtime.plan import list_schedule, slack, task_key
 from pimrt.runtime.schedule import Schedule, Task
 from pimrt.runtime.report import summary as report_summary
-from pimrt.runtime.timing import time_step
+from pimrt.runtime.timing import side_load, time_step
 
 from test_runtime import small_cnn
 
@@ -63,6 +64,32 @@ def test_a_critical_host_task_holds_the_channel_one_with_slack_yields():
     # a longer mode switch: the PIM's epochs beside a critical task grow with it
     slow = load_part("v100_hbm2_pim", {"pim": {"mode_switch_cycles": 96}})
     assert critical_parameters(slow)["epoch_cap"] == CRITICAL_CAP_SWITCHES * switch_cost(slow)
+
+
+def test_beside_a_busy_pim_a_critical_host_task_leaves_it_longer_epochs():
+    """A step whose PIM work is BUSY_PIM_LOAD of its host work or more: the PIM's epochs
+    beside a critical host task are capped at BUSY_PIM_CAP_SWITCHES switch costs, not
+    CRITICAL_CAP_SWITCHES; a task with slack yields as before."""
+    part = load_part("v100_hbm2_pim")
+    cost = switch_cost(part)
+    busy = {"epoch_cap": BUSY_PIM_CAP_SWITCHES * cost, "host_high_watermark": 1,
+            "min_epoch": 2 * cost}
+    assert BUSY_PIM_CAP_SWITCHES > CRITICAL_CAP_SWITCHES
+    assert slack_parameters(part, 0, 10_000, BUSY_PIM_LOAD) == busy
+    assert slack_parameters(part, 0, 10_000, 0.9) == busy
+    assert slack_parameters(part, 0, 10_000, BUSY_PIM_LOAD - 0.01) == critical_parameters(part)
+    assert slack_parameters(part, 500, 10_000, 0.9) == yielding_parameters(part)
+
+
+def test_the_pims_load_is_its_tasks_time_over_the_hosts():
+    tasks = [Task(0, "host", "a", "conv", "fwd", -1, 1, []),
+             Task(1, "pim", "b", "relu", "fwd", -1, 1, [0]),
+             Task(2, "host", "c", "conv", "fwd", -1, 1, [1]),
+             Task(3, "pim", "d", "relu", "fwd", -1, 1, [2])]
+    s = Schedule(None, 1, tasks, True)
+    duration = dict(zip((task_key(t) for t in tasks), (100, 30, 300, 50)))
+    assert side_load(s, duration) == 80 / 400
+    assert side_load(Schedule(None, 1, tasks[1:2], True), {task_key(tasks[1]): 5}) == 0.0
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,10 @@ pimrt.runtime.plan.slack) and gives each host CONV/linear task
   the channel back once one request waits, epochs of at least two switch costs;
 - with slack (the step waits for the PIM meanwhile) long PIM epochs, as a memory-bound host
   layer gets from the per-layer rule.
+Where the PIM's work is close to the host's (BUSY_PIM_LOAD of it or more, in the same
+durations), holding the PIM to short epochs beside a critical host task only moves the wait:
+the PIM becomes the side the step waits for. Its epochs beside a critical host task are then
+capped at BUSY_PIM_CAP_SWITCHES switch costs instead (docs/runtime.md, "The slack rule").
 """
 from __future__ import annotations
 
@@ -39,6 +43,8 @@ def switch_cost(part: Part) -> int:
 
 CRITICAL_SLACK = 0.05          # a host task with less slack than this share of its duration
 CRITICAL_CAP_SWITCHES = 6      # the PIM's epoch cap beside a critical host task, switch costs
+BUSY_PIM_LOAD = 0.6            # the PIM's work over the host's from which ...
+BUSY_PIM_CAP_SWITCHES = 12     # ... the PIM's epoch cap beside a critical host task is this
 
 
 def yielding_parameters(part: Part) -> dict[str, int]:
@@ -48,18 +54,21 @@ def yielding_parameters(part: Part) -> dict[str, int]:
     return {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * switch_cost(part)}
 
 
-def critical_parameters(part: Part) -> dict[str, int]:
-    """The host holds the channel: short PIM epochs, the host taking it back once one request
-    waits, epochs of at least two switch costs."""
+def critical_parameters(part: Part, pim_load: float = 0.0) -> dict[str, int]:
+    """The host holds the channel: short PIM epochs (less short where the PIM's work,
+    pim_load times the host's, is close to the host's), the host taking it back once one
+    request waits, epochs of at least two switch costs."""
     cost = switch_cost(part)
-    return {"epoch_cap": CRITICAL_CAP_SWITCHES * cost, "host_high_watermark": 1,
-            "min_epoch": 2 * cost}
+    cap = BUSY_PIM_CAP_SWITCHES if pim_load >= BUSY_PIM_LOAD else CRITICAL_CAP_SWITCHES
+    return {"epoch_cap": cap * cost, "host_high_watermark": 1, "min_epoch": 2 * cost}
 
 
-def slack_parameters(part: Part, slack: int, duration: int) -> dict[str, int]:
-    """The slack rule's parameters for a host task with this slack and duration alone."""
+def slack_parameters(part: Part, slack: int, duration: int,
+                     pim_load: float = 0.0) -> dict[str, int]:
+    """The slack rule's parameters for a host task with this slack and duration, in a step
+    whose PIM tasks take pim_load times its host tasks' time (the same durations)."""
     critical = slack < CRITICAL_SLACK * duration
-    return critical_parameters(part) if critical else yielding_parameters(part)
+    return critical_parameters(part, pim_load) if critical else yielding_parameters(part)
 
 
 def layer_parameters(part: Part, host_requests: int, host_compute_cycles: int) -> dict[str, int]:

@@ -126,8 +126,8 @@ def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | N
     landed: requests completed, not just offered), a SIGNAL at its start (event 2 id), its
     work (in blocks: pimrt.runtime.work.task_blocks), a SIGNAL at its end (event 2 id + 1).
     With rule, each host CONV/linear task first sets the authority parameters for its traits,
-    or, with slack ((slack, duration alone) per task id: the slack rule), for whether the step
-    waits for it."""
+    or, with slack ((slack, duration, the PIM's load: pimrt.runtime.authority.slack_parameters)
+    per task id: the slack rule), for whether the step waits for it."""
     last_side = None
     for t in schedule.tasks:
         who = HOST if t.side == "host" else PIM
@@ -502,7 +502,9 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
                                        exchange, host_times, layrub)
         from pimrt.runtime.plan import slack as task_slack, task_key
         left = task_slack(schedule, duration)
-        slack = {t.id: (int(left[t.id]), duration[task_key(t)]) for t in schedule.tasks}
+        pim_load = side_load(schedule, duration)
+        slack = {t.id: (int(left[t.id]), duration[task_key(t)], pim_load)
+                 for t in schedule.tasks}
     timing = time_schedule(schedule, graph, p, host_part, policy, issue_width, progress,
                            options, rule, layrub, exchange, placement, host_times, slack,
                            sink=sink)
@@ -519,6 +521,16 @@ def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAUL
     timing.authority_rule = authority_rule if rule else None
     timing.profile = profile
     return timing
+
+
+def side_load(schedule: Schedule, duration: dict) -> float:
+    """The PIM tasks' time over the host tasks' (task_key -> cycles): how close the PIM's
+    work comes to the host's (0 without host work)."""
+    from pimrt.runtime.plan import task_key
+    busy = {"host": 0, "pim": 0}
+    for t in schedule.tasks:
+        busy[t.side] += duration[task_key(t)]
+    return busy["pim"] / busy["host"] if busy["host"] else 0.0
 
 
 def measured_durations(step: StepTiming) -> dict:
@@ -557,7 +569,7 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
     """Run the tasks of `schedule` through memctl under `policy` on the part (a Part, as
     step_part gives it); a schedule with pipelined=False gets a barrier whenever the side
     changes. rule: the authority parameters per host CONV/linear (pimrt.runtime.authority);
-    slack: {task id: (slack, duration alone)} for the slack rule instead of the per-layer
+    slack: {task id: (slack, duration, the PIM's load)} for the slack rule instead of the per-layer
     one. transfers: Layrub's DMA by task id (layrub_transfers) when the caller placed them
     itself. sink: an object that sees the stream as it is fed (pimrt.trace.step.StepTrace)."""
     from pimrt.runtime.exchange import ExchangeConfig
