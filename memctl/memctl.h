@@ -207,7 +207,8 @@ unsigned mc_hungry(const mc_sim *sim);
 /* cursors reading the records: 1 under the serial policy (both sides' records in one order),
  * else 2 (one a requestor; such a run may be fed by side); 0 for NULL */
 int mc_cursor_count(const mc_sim *sim);
-/* records held now, the most held so far, and the capacity of the buffers holding them */
+/* records held now, the most held so far, and the capacity of the buffers holding them (0
+ * once mc_finish has run the work out: they are freed) */
 void mc_held(const mc_sim *sim, uint64_t *held, uint64_t *peak, uint64_t *capacity);
 /* Run until every request has completed (after the last mc_feed). MC_PAUSED as above. */
 int mc_finish(mc_sim *sim);

@@ -644,6 +644,10 @@ int mc_finish(mc_sim *sim)
         tick end = MAXT(sim->last_done, sim->now);
         for (int ci = 0; ci < sim->nch; ci++) mc_account_close(sim, &sim->ch[ci], end);
         sim->end = end; /* the energy's window (energy.c) */
+        for (int k = 0; k < MC_NUM_REQ; k++) { /* no record is read again */
+            free(sim->rings[k].rec);
+            sim->rings[k].rec = NULL;
+        }
     }
     return rc;
 }

@@ -22,7 +22,7 @@ from pimrt.runtime.authority_rules import AUTHORITY_RULES, DEFAULT_AUTHORITY_RUL
 from pimrt.trace.records import (BARRIER, COMPUTE, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ,
                                  RECORD_DTYPE, SIGNAL, WAIT, WRITE)
 
-FEED_RECORDS = 1 << 20
+FEED_RECORDS = 1 << 18    # records fed at a time (6 MiB; memctl holds about as many)
 
 
 @dataclasses.dataclass
