@@ -60,6 +60,7 @@ def run_by_side(ctl, pieces, progress=None) -> int:
     """Feed the host's and the PIM's streams, a chunk at a time to the side whose cursor has
     read all it was given, and finish the run; returns the number of records of the one
     stream (the markers both sides read counted once)."""
+    pieces.count_parameters()
     streams = {side: _chunks(side_stream(pieces, side)) for side in (HOST, PIM)}
     total, side = 0, HOST
     while side is not None:

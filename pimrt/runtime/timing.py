@@ -161,6 +161,13 @@ class TaskPieces:
             self._params[t.id] = _params(layer_parameters(self.ctx.part, nreq, compute))
         return self._params[t.id]
 
+    def count_parameters(self) -> None:
+        """Every task's parameters now (the per-layer rule builds each host CONV's work to
+        count it, then drops it): fed by side, neither side's stream then builds a task's
+        work while the other holds one half made."""
+        for t in self.schedule.tasks:
+            self.params(t, keep_work=False)
+
     def opening(self, t, keep_work: bool = True) -> np.ndarray:
         who = HOST if t.side == "host" else PIM
         parts = [_marker(WAIT, who, 2 * d + 1) for d in t.deps]
