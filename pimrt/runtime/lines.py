@@ -28,7 +28,14 @@ class InterleavedLines:
         self._taken = [0] * len(self.regions)   # each region's lines already sliced off
         self._at = 0
         self._last = None                       # (a0, a1, addr, op) of the last slice
-        self.addr, self.op = _Field(self, 0), _Field(self, 1)
+
+    @property
+    def addr(self) -> "_Field":
+        return _Field(self, 0)    # (made when asked for: no reference cycle to outlive it)
+
+    @property
+    def op(self) -> "_Field":
+        return _Field(self, 1)
 
     def __len__(self) -> int:
         return self.n
