@@ -13,7 +13,7 @@ from pimrt.errors import SimulationError
 from pimrt.trace.records import BARRIER, HOST, LAYER, PARAM, PIM, RECORD_DTYPE
 
 SHARED_OPS = np.array([LAYER, PARAM, BARRIER])  # markers both sides' cursors read
-SIDE_FEED_RECORDS = 1 << 18     # records a side is fed at a time (6 MiB)
+SIDE_FEED_RECORDS = 1 << 16     # records a side is fed at a time (1.5 MiB)
 
 
 def _shared(recs: np.ndarray) -> np.ndarray:
@@ -38,9 +38,10 @@ def side_stream(pieces, side: int):
         yield recs[(recs["requestor"] == side) | _shared(recs)]
 
 
-def _chunks(stream, size: int | None = None):
-    """The stream's records in arrays of about `size` (SIDE_FEED_RECORDS; small ones gathered
-    in one buffer, which the next chunk reuses: each is fed before the next is asked for)."""
+def chunks(stream, size: int | None = None):
+    """The stream's records in arrays of at most `size` (SIDE_FEED_RECORDS): small ones
+    gathered in one buffer, which the next chunk reuses (each is fed before the next is asked
+    for), large ones in slices, so memctl's buffer never needs more than `size`."""
     size = size or SIDE_FEED_RECORDS
     buf, n = np.empty(size, RECORD_DTYPE), 0
     for recs in stream:
@@ -48,7 +49,8 @@ def _chunks(stream, size: int | None = None):
             yield buf[:n]
             n = 0
         if len(recs) >= size:
-            yield recs
+            for a in range(0, len(recs), size):
+                yield recs[a:a + size]
         else:
             buf[n:n + len(recs)] = recs
             n += len(recs)
@@ -61,7 +63,7 @@ def run_by_side(ctl, pieces, progress=None) -> int:
     read all it was given, and finish the run; returns the number of records of the one
     stream (the markers both sides read counted once)."""
     pieces.count_parameters()
-    streams = {side: _chunks(side_stream(pieces, side)) for side in (HOST, PIM)}
+    streams = {side: chunks(side_stream(pieces, side)) for side in (HOST, PIM)}
     total, side = 0, HOST
     while side is not None:
         recs = next(streams[side], None)

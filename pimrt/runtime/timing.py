@@ -16,13 +16,14 @@ from pimrt.graph import LayerGraph
 from pimrt.memctl import load_part
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import Schedule, build_schedule
+from pimrt.runtime.sides import chunks, run_by_side
 from pimrt.runtime.work import context, task_blocks
 from pimrt.runtime.authority import layer_parameters, slack_parameters
 from pimrt.runtime.authority_rules import AUTHORITY_RULES, DEFAULT_AUTHORITY_RULE  # noqa: F401
 from pimrt.trace.records import (BARRIER, COMPUTE, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ,
                                  RECORD_DTYPE, SIGNAL, WAIT, WRITE)
 
-FEED_RECORDS = 1 << 18    # records fed at a time (6 MiB; memctl holds about as many)
+FEED_RECORDS = 1 << 16    # records fed at a time (1.5 MiB; memctl holds about as many)
 
 
 @dataclasses.dataclass
@@ -622,7 +623,6 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
     if layrub and transfers is None:
         transfers = layrub_transfers(schedule, ctx)
     if ctl.by_side and schedule.pipelined and not sink:  # (no BARRIERs; a sink writes one)
-        from pimrt.runtime.sides import run_by_side
         total = run_by_side(ctl, TaskPieces(schedule, ctx, rule, transfers, slack), progress)
     else:
         stream = task_stream(schedule, ctx, rule, transfers, slack)
@@ -636,30 +636,14 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
 
 
 def _run(ctl, stream, progress=None) -> int:
-    """Feed a stream of record arrays to the controller in chunks of about FEED_RECORDS
-    (small arrays gathered in one buffer, large ones fed as they come) and finish the run;
-    returns the number of records."""
-    buf = np.empty(FEED_RECORDS, RECORD_DTYPE)
-    size = total = 0
-
-    def feed(recs) -> None:
-        nonlocal total
+    """Feed a stream of record arrays to the controller in chunks of at most FEED_RECORDS
+    (pimrt.runtime.sides.chunks) and finish the run; returns the number of records."""
+    total = 0
+    for recs in chunks(stream, FEED_RECORDS):
         ctl.feed(recs)
         total += len(recs)
         if progress:
             progress(len(recs))
-    for recs in stream:
-        n = len(recs)
-        if size and (size + n > FEED_RECORDS or n >= FEED_RECORDS // 4):
-            feed(buf[:size])
-            size = 0
-        if n >= FEED_RECORDS // 4:
-            feed(recs)
-        else:
-            buf[size:size + n] = recs
-            size += n
-    if size:
-        feed(buf[:size])
     ctl.finish()
     return total
 
