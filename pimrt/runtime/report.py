@@ -11,6 +11,7 @@ from pimrt.output import atomic_open, atomic_savefig, atomic_write_text
 from pimrt.runtime.attribution import PHASE_CLASS, PHASES, layer_shares
 from pimrt.runtime.schedule import layer_sides
 from pimrt.runtime.authority_rules import AUTHORITY_RULE_TEXT
+from pimrt.runtime.heap import release
 from pimrt.runtime.timing import StepTiming
 
 
@@ -320,6 +321,7 @@ def count(n: int, what: str) -> str:
 
 def write_all(run: StepTiming, serial: StepTiming | None, meta: dict, out_dir,
               gpu_only: StepTiming | None = None, bound: dict | None = None) -> dict:
+    release()                 # (the streams' free heap back first: the plots need some)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     s = summary(run, serial, meta, gpu_only, bound)

@@ -19,6 +19,7 @@ from pimrt.runtime.schedule import Schedule, build_schedule
 from pimrt.runtime.sides import chunks, run_by_side
 from pimrt.runtime.work import context, task_blocks
 from pimrt.runtime.authority import layer_parameters, slack_parameters
+from pimrt.runtime.heap import release
 from pimrt.runtime.authority_rules import AUTHORITY_RULES, DEFAULT_AUTHORITY_RULE  # noqa: F401
 from pimrt.trace.records import (BARRIER, COMPUTE, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ,
                                  RECORD_DTYPE, SIGNAL, WAIT, WRITE)
@@ -631,8 +632,11 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
         sink.close(ctl)
     start, end = _task_times(ctl, len(schedule.tasks))
     wall = time.perf_counter() - wall
-    return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(),
-                      part.timing["tCK"], wall, total, ctl.mode_switches(), exchange)
+    timing = StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(),
+                        part.timing["tCK"], wall, total, ctl.mode_switches(), exchange)
+    del ctl
+    release()                 # (the stream's arrays and memctl's buffers are freed)
+    return timing
 
 
 def _run(ctl, stream, progress=None) -> int:
