@@ -320,12 +320,12 @@ uint64_t mc_lowest_cursor(const mc_sim *sim)
  * leading cursor can reach its SIGNAL, so it reads on. */
 uint64_t mc_feed_room(const mc_sim *sim)
 {
-    uint64_t held = sim->hi - mc_lowest_cursor(sim);
+    uint64_t held = sim->rings[0].hi - mc_lowest_cursor(sim);
     if (held < sim->window) return sim->window - held;
     for (int k = 0; k < sim->cursors; k++) {
         const cursor *cu = &sim->cur[k];
-        if (cu->waiting && cu->pos < sim->hi) {
-            int64_t e = idmap_get(&sim->event_map, sim->ring[cu->pos & sim->ring_mask].value);
+        if (cu->waiting && cu->pos < sim->rings[0].hi) {
+            int64_t e = idmap_get(&sim->event_map, sim->rings[0].rec[cu->pos & sim->rings[0].mask].value);
             if (e < 0 || !sim->events[e].signaled) return sim->window;
         }
     }
@@ -348,12 +348,27 @@ static mc_record *ring_alloc(uint64_t n)
     return p;
 }
 
-/* append n records to those held (the ring grows to what is held, in powers of two) */
-int mc_ring_push(mc_sim *sim, const mc_record *recs, uint64_t n)
+/* the lowest position of a cursor reading ring `side` (0: every cursor's, unless split) */
+static uint64_t ring_low(const mc_sim *sim, int side)
 {
-    uint64_t lo = mc_lowest_cursor(sim);
-    uint64_t need = sim->hi - lo + n;
-    uint64_t cap = sim->ring ? sim->ring_mask + 1 : 0;
+    return sim->split ? sim->cur[side].pos : mc_lowest_cursor(sim);
+}
+
+/* records held in every ring */
+static uint64_t held_now(const mc_sim *sim)
+{
+    uint64_t held = 0;
+    for (int k = 0; k < (sim->split ? MC_NUM_REQ : 1); k++) held += sim->rings[k].hi - ring_low(sim, k);
+    return held;
+}
+
+/* append n records to those ring `side` holds (it grows to what it holds, in powers of two) */
+int mc_ring_push(mc_sim *sim, int side, const mc_record *recs, uint64_t n)
+{
+    mc_ring *rg = &sim->rings[side];
+    uint64_t lo = ring_low(sim, side);
+    uint64_t need = rg->hi - lo + n;
+    uint64_t cap = rg->rec ? rg->mask + 1 : 0;
     if (need > cap) {
         uint64_t nc = cap ? cap : 1024;
         while (nc < need) nc *= 2;
@@ -361,27 +376,29 @@ int mc_ring_push(mc_sim *sim, const mc_record *recs, uint64_t n)
         if (!p)
             return mc_set_error(sim, MC_ERR_MEMORY, "out of memory holding %llu trace records",
                                 (unsigned long long)need);
-        for (uint64_t i = lo; i < sim->hi; i++) p[i & (nc - 1)] = sim->ring[i & sim->ring_mask];
-        free(sim->ring);
-        sim->ring = p;
-        sim->ring_mask = nc - 1;
+        for (uint64_t i = lo; i < rg->hi; i++) p[i & (nc - 1)] = rg->rec[i & rg->mask];
+        free(rg->rec);
+        rg->rec = p;
+        rg->mask = nc - 1;
         cap = nc;
     }
-    uint64_t at = sim->hi & sim->ring_mask;
+    uint64_t at = rg->hi & rg->mask;
     uint64_t first = MINT(n, cap - at);
-    if (first) memcpy(&sim->ring[at], recs, first * sizeof *recs);
-    if (n > first) memcpy(sim->ring, recs + first, (n - first) * sizeof *recs);
-    sim->hi += n;
-    if (need > sim->held_peak) sim->held_peak = need;
+    if (first) memcpy(&rg->rec[at], recs, first * sizeof *recs);
+    if (n > first) memcpy(rg->rec, recs + first, (n - first) * sizeof *recs);
+    rg->hi += n;
+    uint64_t held = held_now(sim);
+    if (held > sim->held_peak) sim->held_peak = held;
     return MC_OK;
 }
 
 void mc_held(const mc_sim *sim, uint64_t *held, uint64_t *peak, uint64_t *capacity)
 {
     if (!sim || !held || !peak || !capacity) return;
-    *held = sim->hi - mc_lowest_cursor(sim);
+    *held = held_now(sim);
     *peak = sim->held_peak;
-    *capacity = sim->ring ? sim->ring_mask + 1 : 0;
+    *capacity = 0;
+    for (int k = 0; k < MC_NUM_REQ; k++) *capacity += sim->rings[k].rec ? sim->rings[k].mask + 1 : 0;
 }
 
 void mc_set_window(mc_sim *sim, uint64_t records)
@@ -398,7 +415,7 @@ static int pass_barrier(mc_sim *sim, cursor *cu, tick t)
         start_waiting(sim, t);
     }
     for (int k = 0; k < sim->cursors; k++)
-        if (!sim->cur[k].barrier || sim->cur[k].pos != cu->pos) {
+        if (!sim->cur[k].barrier || sim->cur[k].shared != cu->shared) { /* (the same marker) */
             cu->next = NEVER; /* woken when the other cursor arrives */
             return 0;
         }
@@ -409,8 +426,9 @@ static int pass_barrier(mc_sim *sim, cursor *cu, tick t)
     for (int k = 0; k < sim->cursors; k++) {
         cursor *o = &sim->cur[k];
         o->barrier = 0;
-        if (o != cu) {
+        if (o != cu) { /* past its barrier record */
             o->pos++;
+            o->shared++;
             o->next = t;
         }
     }
@@ -426,8 +444,9 @@ static int step_cursor(mc_sim *sim, int k, tick t)
         cu->cycle = t;
         cu->offers = 0;
     }
-    while (cu->pos < sim->hi) {
-        const mc_record *r = &sim->ring[cu->pos & sim->ring_mask];
+    const mc_ring *rg = mc_ring_of(sim, k);
+    while (cu->pos < rg->hi) {
+        const mc_record *r = &rg->rec[cu->pos & rg->mask];
         switch (r->op) {
         case MC_LAYER: {
             int rc = layer_index(sim, r->value, &cu->layer);
@@ -435,10 +454,10 @@ static int step_cursor(mc_sim *sim, int k, tick t)
             break;
         }
         case MC_PARAM:
-            if (cu->pos >= sim->param_upto) {
+            if (cu->shared >= sim->param_upto) { /* the first cursor to reach it applies it */
                 int rc = apply_param(sim, r, cu->pos);
                 if (rc) return rc;
-                sim->param_upto = cu->pos + 1;
+                sim->param_upto = cu->shared + 1;
             }
             break;
         case MC_BARRIER:
@@ -527,18 +546,27 @@ static int step_cursor(mc_sim *sim, int k, tick t)
             return mc_set_error(sim, MC_ERR_TRACE, "record %llu: unknown op %u",
                                 (unsigned long long)cu->pos, (unsigned)r->op);
         }
+        cu->shared += mc_shared_op(r->op);
         cu->pos++;
     }
-    cu->next = sim->fe_end ? NEVER : t; /* at the end of the records it has */
+    cu->next = mc_no_more(sim, k) ? NEVER : t; /* at the end of the records it has */
     return MC_OK;
 }
 
+/* The cursors act in order. Split, each cycle they act as they would with every record
+ * there: a cursor that runs out of records ends the step, which resumes with that cursor
+ * once its side has more, and a step that has ended is not taken again in its cycle (a
+ * cursor another woke at t acts at t + 1, as without the wait for records). */
 int mc_frontend_step(mc_sim *sim, tick t)
 {
-    for (int k = 0; k < sim->cursors; k++) {
+    int k = sim->split && sim->fe_at == t ? sim->fe_from : 0;
+    for (; k < sim->cursors; k++) {
         if (sim->cur[k].next > t) continue;
         int rc = step_cursor(sim, k, t);
         if (rc) return rc;
+        if (sim->split && mc_at_end(sim, k) && !sim->side_end[k]) break;
     }
+    sim->fe_at = t;
+    sim->fe_from = k;
     return MC_OK;
 }

@@ -160,8 +160,18 @@ typedef struct channel {
  * by the time the request completes (stats.c) */
 #define LAYER_ID0 UINT32_MAX
 
+/* records held: absolute indices [lowest position of a cursor reading it, hi) in
+ * rec[index & mask] */
+typedef struct mc_ring {
+    mc_record *rec;
+    uint64_t mask, hi;
+} mc_ring;
+
 typedef struct cursor {
-    uint64_t pos;              /* absolute index of the next record to look at */
+    uint64_t pos;              /* absolute index of the next record to look at (split: in its
+                                * side's stream) */
+    uint64_t shared;           /* markers every cursor reads (mc_shared_op) passed so far: the
+                                * same marker for every cursor, whichever stream holds it */
     uint32_t layer;            /* index into mc_sim.layers, or LAYER_ID0 */
     tick next;                 /* earliest cycle this cursor can act */
     tick cycle;                /* cycle of the last offers */
@@ -228,14 +238,19 @@ struct mc_sim {
     /* front end: one cursor per requestor walks the trace (serial: one cursor for both) */
     int cursors;               /* 1 or 2 */
     cursor cur[MC_NUM_REQ];
-    /* the records the cursors have not all passed: absolute indices [lowest cursor, hi) live
-     * in ring[index & ring_mask]. The leading cursor reads at most `window` records ahead of
-     * the lagging one (back-pressure), unless the lagging one waits for an event nothing
-     * before the leading one signalled */
-    mc_record *ring;
-    uint64_t ring_mask, hi, window, held_peak;
+    /* the records the cursors have not all passed. mc_feed: one stream for every cursor in
+     * rings[0]; the leading cursor reads at most `window` records ahead of the lagging one
+     * (back-pressure), unless the lagging one waits for an event nothing before the leading
+     * one signalled. mc_feed_side (split): each requestor's stream in rings[requestor],
+     * each side's cursor holding only what it has not read */
+    mc_ring rings[MC_NUM_REQ];
+    int split;                 /* fed by mc_feed_side */
+    int side_end[MC_NUM_REQ];  /* split: that side's last records are in */
+    uint64_t shared_fed[MC_NUM_REQ]; /* split: shared markers (mc_shared_op) fed to each side */
+    uint64_t window, held_peak;
     uint64_t base;             /* the lowest cursor's position after the last mc_feed */
-    uint64_t param_upto;       /* PARAM records before this index have been applied */
+    uint64_t param_upto;       /* PARAM records among the first param_upto shared markers (a
+                                * cursor's `shared`) have been applied */
     uint64_t requests;
     /* the decoded fields of the last request the controller refused (a full queue): its cursor
      * offers it again once a slot frees, usually a few cycles later (index + 1; 0: none) */
@@ -246,6 +261,8 @@ struct mc_sim {
     int fe_done;               /* the host's stream has ended: fe_end and the host's cursor (serial:
                                 * the cursor) past every record; its last writes drain (scheduler.c) */
     int fe_barrier;            /* some cursor waits at a barrier */
+    tick fe_at;                /* the front end's last step: its cycle, and the cursor it */
+    int fe_from;               /* stopped at (split: one out of records) or `cursors` */
     int fe_last_req;           /* requestor of the last offered request (serial policy) */
     uint64_t outstanding;      /* accepted, not yet completed */
     uint64_t outstanding_by[MC_NUM_REQ];
@@ -397,8 +414,17 @@ static inline void mc_account(mc_sim *sim, channel *c, tick t)
 /* frontend.c */
 int mc_frontend_step(mc_sim *sim, tick t);
 uint64_t mc_lowest_cursor(const mc_sim *sim);
+/* the records cursor k reads: every cursor's one stream, or (split) its side's */
+static inline const mc_ring *mc_ring_of(const mc_sim *sim, int k) { return &sim->rings[sim->split ? k : 0]; }
+/* cursor k has read every record handed in to it so far */
+static inline int mc_at_end(const mc_sim *sim, int k) { return sim->cur[k].pos >= mc_ring_of(sim, k)->hi; }
+/* no more records will come for cursor k */
+static inline int mc_no_more(const mc_sim *sim, int k) { return sim->split ? sim->side_end[k] : sim->fe_end; }
+/* markers that act for every cursor: each cursor reads them (split: both sides' streams hold
+ * them, in the same order) */
+static inline int mc_shared_op(int op) { return op == MC_LAYER || op == MC_PARAM || op == MC_BARRIER; }
 uint64_t mc_feed_room(const mc_sim *sim);
-int mc_ring_push(mc_sim *sim, const mc_record *recs, uint64_t n);
+int mc_ring_push(mc_sim *sim, int side, const mc_record *recs, uint64_t n);
 int64_t mc_layer_index(const mc_sim *sim, uint32_t layer);
 void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick done, tick t);
 

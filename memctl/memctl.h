@@ -186,7 +186,29 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
  * then it waits for the other to move on (unless the other waits for an event that is not
  * signalled before the leading cursor), so what is held stays bounded whatever the trace. */
 void mc_set_window(mc_sim *sim, uint64_t records);
-/* records held now, the most held so far, and the capacity of the buffer holding them */
+/* Feed by side instead (the runs with a cursor per requestor, not the serial policy): each
+ * side's stream on its own, `side` MC_HOST or MC_PIM: its own records, and copies of the
+ * markers both cursors read (LAYER, PARAM), which both sides' streams hold in the same
+ * order, each where it stands among that side's records in the one stream mc_feed would take
+ * (a BARRIER is refused, MC_ERR_TRACE: such a run is fed one stream). The run is the same as
+ * mc_feed's on that stream fed whole (a PARAM acts when the first cursor reaches it), but each
+ * side holds only the records its cursor has not read: a side far behind the other holds
+ * nothing of the other's. Every record is taken
+ * (*consumed = n); it returns once a cursor needs more of its side's records (mc_hungry says
+ * which), or, once both sides ended (last), after every record was offered. Request indices,
+ * event positions and record numbers in messages are positions in the side's stream. A run
+ * is fed one way only: mc_feed after mc_feed_side, or mc_feed_side after mc_feed took
+ * records, is refused (MC_ERR_ARG), as is a record of the other side (MC_ERR_TRACE). */
+int mc_feed_side(mc_sim *sim, int side, const mc_record *recs, uint64_t n, int last,
+                 uint64_t *consumed);
+/* the sides (bit 1 << side) whose cursor read every record fed to it and whose stream has not
+ * ended: the run goes on once they have more; 0 when not fed by side */
+unsigned mc_hungry(const mc_sim *sim);
+/* cursors reading the records: 1 under the serial policy (both sides' records in one order),
+ * else 2 (one a requestor; such a run may be fed by side); 0 for NULL */
+int mc_cursor_count(const mc_sim *sim);
+/* records held now, the most held so far, and the capacity of the buffers holding them (0
+ * once mc_finish has run the work out: they are freed) */
 void mc_held(const mc_sim *sim, uint64_t *held, uint64_t *peak, uint64_t *capacity);
 /* Run until every request has completed (after the last mc_feed). MC_PAUSED as above. */
 int mc_finish(mc_sim *sim);

@@ -227,6 +227,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
     sim->end = -1;
     sim->cursors = sim->policy->barrier_on_switch ? 1 : MC_NUM_REQ;
     sim->window = MC_DEFAULT_WINDOW;
+    sim->fe_at = -1;
     for (int k = 0; k < MC_NUM_REQ; k++) {
         sim->cur[k].cycle = -1;
         sim->cur[k].layer = LAYER_ID0;
@@ -300,7 +301,7 @@ void mc_free(mc_sim *sim)
     free(sim->layers);
     free(sim->events);
     free(sim->pending_events);
-    free(sim->ring);
+    for (int k = 0; k < MC_NUM_REQ; k++) free(sim->rings[k].rec);
     idmap_free(&sim->event_map);
     idmap_free(&sim->layer_map);
     free(sim);
@@ -309,14 +310,14 @@ void mc_free(mc_sim *sim)
 static int starved(const mc_sim *sim)
 {
     for (int k = 0; k < sim->cursors; k++)
-        if (sim->cur[k].pos >= sim->hi) return 1;
+        if (mc_at_end(sim, k) && !mc_no_more(sim, k)) return 1;
     return 0;
 }
 
 static int all_offered(const mc_sim *sim)
 {
     for (int k = 0; k < sim->cursors; k++)
-        if (sim->cur[k].pos < sim->hi) return 0;
+        if (!mc_at_end(sim, k)) return 0;
     return 1;
 }
 
@@ -342,7 +343,7 @@ static tick frontend_next(const mc_sim *sim)
 {
     tick next = NEVER;
     for (int k = 0; k < sim->cursors; k++)
-        if (sim->cur[k].pos < sim->hi) next = MINT(next, sim->cur[k].next);
+        if (!mc_at_end(sim, k)) next = MINT(next, sim->cur[k].next);
     return next;
 }
 
@@ -359,7 +360,7 @@ static void no_more_records(mc_sim *sim)
 
 static void check_end(mc_sim *sim)
 {
-    if (sim->fe_end && !sim->fe_done && sim->cur[0].pos >= sim->hi) no_more_records(sim);
+    if (mc_no_more(sim, 0) && !sim->fe_done && mc_at_end(sim, 0)) no_more_records(sim);
 }
 
 /* An idle gap crossed in one step: nothing is outstanding and the front end acts next at
@@ -439,7 +440,8 @@ static int run(mc_sim *sim, int recs)
                 moved = 1;
                 check_end(sim);
             }
-            if (moved && (sim->fe_end ? all_offered(sim) : starved(sim) && mc_feed_room(sim)))
+            if (moved && (sim->fe_end ? all_offered(sim)
+                                      : starved(sim) && (sim->split || mc_feed_room(sim))))
                 return MC_OK;
             moved = 0;
         }
@@ -471,7 +473,8 @@ static int run(mc_sim *sim, int recs)
                     return mc_set_error(sim, MC_ERR_TRACE,
                                         "record %llu: WAIT for event %u, which nothing signals "
                                         "before it", (unsigned long long)sim->cur[k].pos,
-                                        sim->ring[sim->cur[k].pos & sim->ring_mask].value);
+                                        mc_ring_of(sim, k)->rec[sim->cur[k].pos &
+                                                                mc_ring_of(sim, k)->mask].value);
         }
         /* the channels due at t, stepped in order (a step changes only its own channel's
          * next_event); found and then folded into next without a branch per channel */
@@ -507,6 +510,18 @@ static int run(mc_sim *sim, int recs)
 }
 
 
+/* (a compare per record, each handed in once: cheap beside simulating it) */
+static int check_cycles(mc_sim *sim, const mc_record *recs, uint64_t n, uint64_t first)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if ((recs[i].op == MC_READ || recs[i].op == MC_WRITE) && recs[i].cycle > (uint64_t)MC_MAX_CYCLE)
+            return mc_set_error(sim, MC_ERR_TRACE,
+                                "record %llu: arrival cycle %llu is beyond the latest the "
+                                "simulator represents (2^60 = %lld)", (unsigned long long)(first + i),
+                                (unsigned long long)recs[i].cycle, (long long)MC_MAX_CYCLE);
+    return MC_OK;
+}
+
 int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *consumed)
 {
     if (!sim) return MC_ERR_ARG;
@@ -524,18 +539,14 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
                             "mc_feed: %llu records offered after the last records (an earlier "
                             "call with last set took them all); call mc_finish",
                             (unsigned long long)n);
-    /* (a compare per record, each handed in once: cheap beside simulating it) */
-    for (uint64_t i = 0; i < n; i++)
-        if ((recs[i].op == MC_READ || recs[i].op == MC_WRITE) && recs[i].cycle > (uint64_t)MC_MAX_CYCLE)
-            return mc_set_error(sim, MC_ERR_TRACE,
-                                "record %llu: arrival cycle %llu is beyond the latest the "
-                                "simulator represents (2^60 = %lld)",
-                                (unsigned long long)(sim->hi + i),
-                                (unsigned long long)recs[i].cycle, (long long)MC_MAX_CYCLE);
+    if (sim->split)
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed: this run is fed by side (mc_feed_side)");
+    int bad = check_cycles(sim, recs, n, sim->rings[0].hi);
+    if (bad) return bad;
     for (;;) {
         uint64_t take = MINT(n - *consumed, mc_feed_room(sim));
         if (take) {
-            int rc = mc_ring_push(sim, recs + *consumed, take);
+            int rc = mc_ring_push(sim, 0, recs + *consumed, take);
             if (rc) return rc;
             *consumed += take;
         }
@@ -549,18 +560,94 @@ int mc_feed(mc_sim *sim, const mc_record *recs, uint64_t n, int last, uint64_t *
     }
 }
 
+/* the arguments of mc_feed_side, and whether this run may be fed by side */
+static int side_feed_ok(mc_sim *sim, int side, const mc_record *recs, uint64_t n,
+                        uint64_t *consumed)
+{
+    if (!consumed || (!recs && n > 0))
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed_side: NULL %s", consumed ? "records" : "consumed");
+    *consumed = 0;
+    if (mc_failed(sim)) return MC_ERR_STATE;
+    if (sim->finished)
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed_side after mc_finish: the run is over");
+    if (side != MC_HOST && side != MC_PIM)
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed_side: no side %d (0 host, 1 PIM)", side);
+    if (sim->cursors != MC_NUM_REQ)
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed_side: the %s policy reads one stream "
+                            "for both sides (mc_feed)", sim->cfg.policy);
+    if (!sim->split && sim->rings[0].hi)
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed_side: this run is fed one stream (mc_feed)");
+    if (sim->side_end[side] && n > 0)
+        return mc_set_error(sim, MC_ERR_ARG, "mc_feed_side: %llu records offered after side %d's "
+                            "last records", (unsigned long long)n, side);
+    return MC_OK;
+}
+
+int mc_feed_side(mc_sim *sim, int side, const mc_record *recs, uint64_t n, int last,
+                 uint64_t *consumed)
+{
+    if (!sim) return MC_ERR_ARG;
+    int rc = side_feed_ok(sim, side, recs, n, consumed);
+    if (rc) return rc;
+    const uint64_t first = sim->rings[side].hi;
+    rc = check_cycles(sim, recs, n, first);
+    if (rc) return rc;
+    uint64_t shared = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (recs[i].op == MC_BARRIER) /* (a cursor a barrier lets through lingers a cycle
+                                       * before the other side's records in one stream) */
+            return mc_set_error(sim, MC_ERR_TRACE, "side %d's record %llu: a BARRIER (a run "
+                                "with barriers is fed one stream, mc_feed)", side,
+                                (unsigned long long)(first + i));
+        if (mc_shared_op(recs[i].op)) shared++;
+        else if (recs[i].requestor != side)
+            return mc_set_error(sim, MC_ERR_TRACE, "side %d's record %llu: requestor %u (its "
+                                "side's records only, and the markers both sides read)", side,
+                                (unsigned long long)(first + i), (unsigned)recs[i].requestor);
+    }
+    sim->split = 1;
+    if (n) {
+        rc = mc_ring_push(sim, side, recs, n);
+        if (rc) return rc;
+    }
+    *consumed = n;
+    sim->shared_fed[side] += shared;
+    sim->side_end[side] = sim->side_end[side] || last;
+    sim->fe_end = sim->side_end[MC_HOST] && sim->side_end[MC_PIM];
+    check_end(sim);
+    for (int k = 0; k < sim->cursors; k++) /* new records: wake cursors that ran out */
+        if (sim->cur[k].next < sim->now) sim->cur[k].next = sim->now;
+    return run(sim, 1);
+}
+
+unsigned mc_hungry(const mc_sim *sim)
+{
+    unsigned out = 0;
+    if (!sim || !sim->split) return 0;
+    for (int k = 0; k < sim->cursors; k++)
+        if (mc_at_end(sim, k) && !sim->side_end[k]) out |= 1u << k;
+    return out;
+}
+
+int mc_cursor_count(const mc_sim *sim) { return sim ? sim->cursors : 0; }
+
 int mc_finish(mc_sim *sim)
 {
     if (!sim) return MC_ERR_ARG;
     if (mc_failed(sim)) return MC_ERR_STATE;
     sim->finished = 1;
     sim->fe_end = 1;
+    sim->side_end[MC_HOST] = sim->side_end[MC_PIM] = 1;
     if (!sim->fe_done) no_more_records(sim);
     int rc = run(sim, 0);
     if (rc == MC_OK) { /* close the cycle accounting at the end of the run */
         tick end = MAXT(sim->last_done, sim->now);
         for (int ci = 0; ci < sim->nch; ci++) mc_account_close(sim, &sim->ch[ci], end);
         sim->end = end; /* the energy's window (energy.c) */
+        for (int k = 0; k < MC_NUM_REQ; k++) { /* no record is read again */
+            free(sim->rings[k].rec);
+            sim->rings[k].rec = NULL;
+        }
     }
     return rc;
 }

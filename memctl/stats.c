@@ -203,7 +203,10 @@ int mc_get_summary(const mc_sim *sim, mc_summary *out)
         out->mode_switches += sim->ch[c].mode_switches;
         out->epochs += sim->ch[c].epochs;
     }
-    out->records = sim->base;
+    /* (split: each side's records, the markers both sides read counted once) */
+    out->records = sim->split ? sim->rings[0].hi + sim->rings[1].hi -
+                                    MINT(sim->shared_fed[0], sim->shared_fed[1])
+                              : sim->base;
     out->layers = sim->nlayers;
     return MC_OK;
 }

@@ -33,7 +33,9 @@ PHASES = [
     ("pimrt.runtime.schedule", "build_schedule", "planning"),
     ("pimrt.runtime.work", "task_records", "streams"),
     ("pimrt.runtime.timing", "task_stream", "streams"),     # a generator: each step charged
+    ("pimrt.runtime.sides", "side_stream", "streams"),      # (fed by side: one a side)
     ("pimrt.memctl.controller", "Controller.feed", "memctl"),
+    ("pimrt.memctl.controller", "Controller.feed_side", "memctl"),
     ("pimrt.memctl.controller", "Controller.finish", "memctl"),
     ("pimrt.memctl.controller", "Controller.__init__", "memctl"),
     ("pimrt.runtime.report", "write_all", "reports"),

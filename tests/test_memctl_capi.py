@@ -262,10 +262,83 @@ def test_hostile_calls_of_the_c_api_return_codes(cfg, rows, chunks, data):
         lib.mc_free(sim)
 
 
+def _feed_by_side(sim, rows, chunks: list[int], logged: list) -> int:
+    """Each side's rows (LAYER, PARAM and BARRIER rows to both, those of no side to the host's)
+    in chunks of the drawn sizes to the side mc_hungry names, then the ends; the first error
+    code, or MC_OK."""
+    consumed = ffi.new("uint64_t *")
+    sides = [[r for r in rows if r[3] in (2, 3, 4) or r[4] == s or (s == 0 and r[4] > 1)]
+             for s in (0, 1)]
+    at, side, i = [0, 0], 0, 0
+    for _ in range(100_000):
+        size = chunks[i % len(chunks)] if chunks else len(rows)
+        i += 1
+        part = sides[side][at[side]:at[side] + size]
+        last = at[side] + size >= len(sides[side])
+        at[side] += size
+        rc = lib.mc_feed_side(sim, side, _records(part) if part else ffi.NULL, len(part),
+                              int(last), consumed)
+        assert rc in CODES and consumed[0] in ((len(part), 0) if rc != lib.MC_OK else
+                                               (len(part),))
+        while rc == lib.MC_PAUSED:
+            _drain(sim, logged)
+            rc = lib.mc_feed_side(sim, side, ffi.NULL, 0, int(last), consumed)
+            assert rc in CODES
+        _drain(sim, logged)
+        if rc in ERRORS:
+            assert ffi.string(lib.mc_error(sim))
+            return rc
+        hungry = lib.mc_hungry(sim)
+        assert hungry in (0, 1, 2, 3)
+        if not hungry:
+            return lib.MC_OK
+        side = 0 if hungry & 1 else 1
+    raise AssertionError("mc_feed_side does not end")
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cfg=configs(), rows=st.lists(RECORD, max_size=40),
+       chunks=st.lists(st.integers(1, 12), max_size=4), data=st.data())
+def test_hostile_calls_of_feed_by_side_return_codes(cfg, rows, chunks, data):
+    sim = lib.mc_new(cfg, ffi.NULL, 0)
+    if sim == ffi.NULL:
+        return
+    try:
+        consumed = ffi.new("uint64_t *")
+        one = _records([(0, 0, 0, 0, 0, 0)])
+        assert lib.mc_feed_side(sim, data.draw(st.sampled_from([-1, 2, 255])), one, 1, 0,
+                                consumed) == lib.MC_ERR_ARG
+        assert lib.mc_feed_side(sim, 0, ffi.NULL, 3, 0, consumed) == lib.MC_ERR_ARG
+        assert lib.mc_feed_side(sim, 0, one, 1, 0, ffi.NULL) == lib.MC_ERR_ARG
+        if lib.mc_cursor_count(sim) == 1:         # serial: one stream only
+            assert lib.mc_feed_side(sim, 0, one, 1, 0, consumed) == lib.MC_ERR_ARG
+            return
+        if data.draw(st.booleans()) and all(r[0] <= 2000 and r[2] <= 2000 for r in rows):
+            lib.mc_cmdlog_enable(sim, data.draw(st.sampled_from([0, 1, 3, 1000])))
+        logged = [0]
+        rc = _feed_by_side(sim, rows, chunks, logged)
+        event(f"by side: {'fed' if rc == lib.MC_OK else 'error ' + str(rc)}")
+        if rc == lib.MC_OK:
+            assert lib.mc_feed(sim, one, 1, 0, consumed) == lib.MC_ERR_ARG  # fed by side
+            for _ in range(100_000):
+                rc = lib.mc_finish(sim)
+                assert rc in CODES
+                _drain(sim, logged)
+                if rc != lib.MC_PAUSED:
+                    break
+        assert lib.mc_feed_side(sim, 1, one, 1, 1, consumed) in ERRORS | {lib.MC_OK}
+        _getters(sim, cfg, data)
+    finally:
+        lib.mc_free(sim)
+
+
 def test_a_null_simulator_is_refused_by_every_entry_point():
     consumed, out = ffi.new("uint64_t *"), ffi.new("uint64_t *")
     null = ffi.NULL
     assert lib.mc_feed(null, null, 0, 1, consumed) == lib.MC_ERR_ARG
+    assert lib.mc_feed_side(null, 0, null, 0, 1, consumed) == lib.MC_ERR_ARG
+    assert lib.mc_hungry(null) == 0 and lib.mc_cursor_count(null) == 0
     assert lib.mc_finish(null) == lib.MC_ERR_ARG
     assert lib.mc_get_summary(null, ffi.new("mc_summary *")) == lib.MC_ERR_ARG
     assert lib.mc_get_chan_stats(null, 0, 0, ffi.new("mc_chan_stats *")) == lib.MC_ERR_ARG

@@ -85,9 +85,10 @@ def test_outputs_identical_to_golden(case, tmp_path):
 @pytest.mark.parametrize("case", ["authority", "bank_partition", "layrub"])
 def test_outputs_identical_in_small_blocks(case, tmp_path, monkeypatch):
     """Streams cut into small blocks and fed in small chunks: the same outputs."""
-    from pimrt.runtime import timing, work
+    from pimrt.runtime import sides, timing, work
     monkeypatch.setattr(work, "BLOCK_REQUESTS", 1000)
     monkeypatch.setattr(timing, "FEED_RECORDS", 4096)
+    monkeypatch.setattr(sides, "SIDE_FEED_RECORDS", 4096)
     for name, data in outputs(case, tmp_path / "out").items():
         assert data == _golden(case, name), f"{case}: {name}"
 

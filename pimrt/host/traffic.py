@@ -490,10 +490,12 @@ class StreamBuilder:
         if not o_miss.all():
             o_lines, o_cta = o_lines[o_miss], o_cta[o_miss]
         u0 = i0 * Tn
-        out, offs = self._merge(a_lines, a_cta - u0, b_lines, b_cta - u0, o_lines, o_cta - u0,
+        units = [a_cta - u0, b_cta - u0, o_cta - u0]
+        del a_cta, b_cta, o_cta, a_miss, o_miss, bnd
+        out, offs = self._merge(a_lines, units[0], b_lines, units[1], o_lines, units[2],
                                 (i1 - i0) * Tn, (rows - i0) * Tn)
-        return self._wave_order(out, offs, [a_cta - u0, b_cta - u0, o_cta - u0], u0,
-                                (i1 - i0) * Tn, (rows - i0) * Tn)
+        del a_lines, b_lines, o_lines      # (the block's arrays freed as soon as done with)
+        return self._wave_order(out, offs, units, u0, (i1 - i0) * Tn, (rows - i0) * Tn)
 
     def _wave_order(self, out, offs, units, u0: int, nunits: int, row_units):
         """The CTAs of one wave (``slots`` consecutive CTAs) run at once: their loads are
@@ -507,6 +509,8 @@ class StreamBuilder:
         a_u, b_u, o_u = units
         nl = (np.bincount(a_u, minlength=nunits) + np.bincount(b_u, minlength=nunits))
         no = np.bincount(o_u, minlength=nunits)
+        units.clear()                       # (the caller's list: freed now, not on return)
+        del a_u, b_u, o_u
         nr = no if self.acc else np.zeros_like(no)
         tot = nl + nr + no
         start = np.cumsum(tot) - tot
@@ -519,17 +523,24 @@ class StreamBuilder:
         part = np.where(loads, 0, np.where(reads, 1, 2))
         base = np.where(loads, 0, np.where(reads, nl_u, nlr_u))
         size = np.where(loads, nl_u, np.where(reads, np.repeat(nr, tot), np.repeat(no, tot)))
+        del nl_u, nlr_u, loads, reads       # (each array freed once done with: a block's peak)
         # a CTA's contiguous runs stay whole (each an A row segment or a weight block: one
         # burst of line fills); the runs of a wave's CTAs alternate by K-loop progress
         addr = out["addr"].astype(np.int64)
         new_run = np.ones(len(out), bool)
         new_run[1:] = (addr[1:] != addr[:-1] + self.lb) | (u[1:] != u[:-1]) \
             | (part[1:] != part[:-1])
+        del addr
         run_start = np.maximum.accumulate(np.where(new_run, np.arange(len(out)), 0))
+        del new_run
         frac = (local[run_start] - base[run_start] + 0.5) / np.maximum(size, 1)
+        del run_start, local, base, size
         wave = (u0 + u) // slots
+        del u
         key = (wave - wave[0]) * 3.0 + part + frac * 0.999
+        del part, frac
         order = np.argsort(key, kind="stable")
+        del key
         # a row's offset: where its wave starts in the new order
         wave_of_row = (u0 + np.asarray(row_units, np.int64)) // slots
         first_of_wave = np.searchsorted((wave - wave[0])[order] * 1, wave_of_row - wave[0])

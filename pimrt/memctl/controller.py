@@ -243,6 +243,8 @@ def _write_error(name: str, exc: OSError):
 class Controller:
     """One memctl controller. feed() record chunks in trace order, then finish() and stats()."""
 
+    _fed_by_side = False      # feed_side() took the records
+
     def __init__(self, part: Part | str, options: Options | None = None, *,
                  cmdlog: CommandLog | None = None, cmdlog_chunk: int = 1 << 20):
         self.part = part if isinstance(part, Part) else load_part(part)
@@ -304,8 +306,10 @@ class Controller:
                 self.completions.append(np.stack([idx[:n], cyc[:n], iss[:n], arr[:n]],
                                                  axis=1).copy())
 
-    def _feed(self, records: np.ndarray | None, last: bool, where: str) -> None:
-        """Feed records (None: none) until the C model took them all."""
+    def _feed(self, records: np.ndarray | None, last: bool, where: str,
+              side: int | None = None) -> None:
+        """Feed records (None: none), to one side's stream if `side` is given, until the C
+        model took them all."""
         if records is not None:
             records = _record_array(records, where)
         n = len(records) if records is not None else 0
@@ -314,20 +318,44 @@ class Controller:
         while True:
             ptr = ffi.cast("mc_record *", ffi.from_buffer(records[done:])) if n > done \
                 else ffi.NULL
-            rc = lib.mc_feed(self._sim, ptr, n - done, int(last), consumed)
+            rc = lib.mc_feed(self._sim, ptr, n - done, int(last), consumed) if side is None \
+                else lib.mc_feed_side(self._sim, side, ptr, n - done, int(last), consumed)
             done += consumed[0]
             self._drain()
             self._check(rc, where)
             if rc == lib.MC_OK and done == n:
                 break
 
-    def feed(self, records: np.ndarray, where: str = "trace") -> None:
-        """Offer a chunk of RECORD_DTYPE records (in trace order). The C model copies them
-        and holds those a cursor has not passed yet: at most `Options.window` records
-        beyond the lagging cursor (see held()), whatever the trace."""
+    def feed(self, records: np.ndarray, where: str = "trace", last: bool = False) -> None:
+        """Offer a chunk of RECORD_DTYPE records (in trace order; last: the trace ends with
+        them). The C model copies them and holds those a cursor has not passed yet: at most
+        `Options.window` records beyond the lagging cursor (see held()), whatever the trace."""
         if self.finished:
             raise SimulationError("feed() after finish()")
-        self._feed(records, False, where)
+        self._feed(records, last, where)
+
+    def feed_side(self, side: int, records: np.ndarray | None, last: bool = False,
+                  where: str = "trace") -> None:
+        """Feed one side's stream instead (side HOST or PIM; not under the serial policy,
+        whose one cursor reads both): its own records and copies of the markers both sides
+        read (LAYER, PARAM; no BARRIER), in the order of the one stream feed() would take; last:
+        the side's stream ends here. Each side holds only what its cursor has not read. Then
+        feed the sides hungry() names, until both ended (mc_feed_side in memctl.h)."""
+        if self.finished:
+            raise SimulationError("feed_side() after finish()")
+        self._feed(records, last, where, side)
+        self._fed_by_side = True
+
+    @property
+    def by_side(self) -> bool:
+        """Whether this run may be fed by side (a cursor per side: not the serial policy)."""
+        return lib.mc_cursor_count(self._sim) == 2
+
+    def hungry(self) -> list[int]:
+        """The sides (HOST 0, PIM 1) whose cursor read every record fed to it, its stream not
+        ended: the run goes on once they get more (feed_side)."""
+        bits = lib.mc_hungry(self._sim)
+        return [side for side in (0, 1) if bits >> side & 1]
 
     def feed_text(self, path, c_format: int, capacity_bytes: int | None, where: str = "trace"
                   ) -> tuple[int, int, int, int] | None:
@@ -359,7 +387,8 @@ class Controller:
 
     def finish(self, where: str = "trace") -> None:
         """No more records: offer what is left, then run until every request completed."""
-        self._feed(None, True, where)
+        if not self._fed_by_side:
+            self._feed(None, True, where)
         while True:
             rc = lib.mc_finish(self._sim)
             self._drain()

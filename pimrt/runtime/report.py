@@ -3,6 +3,7 @@ plots (timeline, per-layer speedup)."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import pathlib
@@ -11,6 +12,7 @@ from pimrt.output import atomic_open, atomic_savefig, atomic_write_text
 from pimrt.runtime.attribution import PHASE_CLASS, PHASES, layer_shares
 from pimrt.runtime.schedule import layer_sides
 from pimrt.runtime.authority_rules import AUTHORITY_RULE_TEXT
+from pimrt.runtime.heap import release
 from pimrt.runtime.timing import StepTiming
 
 
@@ -195,23 +197,49 @@ def write_chrome_trace(run: StepTiming, path, tck_ns: float | None = None) -> No
                  for (layer, ph), (s, e, hb, pb) in per_phase.items() if ph == phase]
         slices(3, items, thread, tid0)
 
-    if run.modes is not None and len(run.modes):
-        open_at: dict[int, int] = {}
-        for cyc, ch, enter in run.modes.tolist():
+    with atomic_open(path, "w") as f:      # written as made: the mode spans are many
+        f.write('{"traceEvents": [')
+        first = True
+        for part in _batches(itertools.chain(ev, _mode_events(run, ns))):
+            f.write(("" if first else ", ") + json.dumps(part)[1:-1])   # (= one dumps)
+            first = False
+        f.write("]}")
+
+
+def _mode_events(run: StepTiming, ns):
+    """The memory-mode track: one span a channel's PIM mode, in the order they close (then
+    those still open at the end), and the channels' thread names; read from the mode log a
+    piece at a time."""
+    if run.modes is None or not len(run.modes):
+        return
+    open_at: dict[int, int] = {}
+    for at in range(0, len(run.modes), 1 << 16):
+        for cyc, ch, enter in run.modes[at:at + (1 << 16)].tolist():
             if enter:
                 open_at[ch] = cyc
             elif ch in open_at:
                 s, e = ns(open_at.pop(ch)), ns(cyc)
-                ev.append({"name": "PIM mode", "ph": "X", "pid": 4, "tid": int(ch),
-                           "ts": _trace_us(s), "dur": _trace_us(e - s)})
-        for ch, cyc in open_at.items():        # still in PIM mode when the step ended
-            s, e = ns(cyc), ns(max(cyc, run.makespan))
-            ev.append({"name": "PIM mode", "ph": "X", "pid": 4, "tid": int(ch),
-                       "ts": _trace_us(s), "dur": _trace_us(e - s)})
-        for ch in range(int(run.modes["channel"].max()) + 1):
-            ev.append({"name": "thread_name", "ph": "M", "pid": 4, "tid": ch,
-                       "args": {"name": f"channel {ch}"}})
-    atomic_write_text(path, json.dumps({"traceEvents": ev}))
+                yield {"name": "PIM mode", "ph": "X", "pid": 4, "tid": int(ch),
+                       "ts": _trace_us(s), "dur": _trace_us(e - s)}
+    for ch, cyc in open_at.items():        # still in PIM mode when the step ended
+        s, e = ns(cyc), ns(max(cyc, run.makespan))
+        yield {"name": "PIM mode", "ph": "X", "pid": 4, "tid": int(ch),
+               "ts": _trace_us(s), "dur": _trace_us(e - s)}
+    for ch in range(int(run.modes["channel"].max()) + 1):
+        yield {"name": "thread_name", "ph": "M", "pid": 4, "tid": ch,
+               "args": {"name": f"channel {ch}"}}
+
+
+def _batches(events, size: int = 10_000):
+    """Lists of up to `size` events, none empty."""
+    batch = []
+    for e in events:
+        batch.append(e)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def layer_rows(run: StepTiming, serial: StepTiming | None) -> list[dict]:
@@ -320,6 +348,7 @@ def count(n: int, what: str) -> str:
 
 def write_all(run: StepTiming, serial: StepTiming | None, meta: dict, out_dir,
               gpu_only: StepTiming | None = None, bound: dict | None = None) -> dict:
+    release()                 # (the streams' free heap back first: the plots need some)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     s = summary(run, serial, meta, gpu_only, bound)

@@ -16,13 +16,15 @@ from pimrt.graph import LayerGraph
 from pimrt.memctl import load_part
 from pimrt.runtime.placement import place_step
 from pimrt.runtime.schedule import Schedule, build_schedule
+from pimrt.runtime.sides import chunks, run_by_side
 from pimrt.runtime.work import context, task_blocks
 from pimrt.runtime.authority import layer_parameters, slack_parameters
+from pimrt.runtime.heap import release
 from pimrt.runtime.authority_rules import AUTHORITY_RULES, DEFAULT_AUTHORITY_RULE  # noqa: F401
 from pimrt.trace.records import (BARRIER, COMPUTE, DELAY, HOST, PARAM, PARAM_IDS, PIM, READ,
                                  RECORD_DTYPE, SIGNAL, WAIT, WRITE)
 
-FEED_RECORDS = 1 << 20
+FEED_RECORDS = 1 << 16    # records fed at a time (1.5 MiB; memctl holds about as many)
 
 
 @dataclasses.dataclass
@@ -120,38 +122,87 @@ def _dma(transfers) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, RECORD_DTYPE)
 
 
-def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | None = None,
-                slack: dict | None = None):
-    """Yield record arrays: for each task, WAITs for its dependencies (their data must have
-    landed: requests completed, not just offered), a SIGNAL at its start (event 2 id), its
-    work (in blocks: pimrt.runtime.work.task_blocks), a SIGNAL at its end (event 2 id + 1).
-    With rule, each host CONV/linear task first sets the authority parameters for its traits,
-    or, with slack ((slack, duration, the PIM's load: pimrt.runtime.authority.slack_parameters)
-    per task id: the slack rule), for whether the step waits for it."""
-    last_side = None
-    for t in schedule.tasks:
+class TaskPieces:
+    """A step's stream task by task, each piece built when asked for: a task's opening (WAITs
+    for its dependencies, whose data must have landed: requests completed, not just offered;
+    a BARRIER where a serial schedule changes side; the authority parameters of a host
+    CONV/linear task under the rule; a SIGNAL at its start, event 2 id), its work
+    (pimrt.runtime.work.task_blocks) and its closing (a SIGNAL at its end, event 2 id + 1,
+    then Layrub's DMA after the task). task_stream gives them in order; fed by side
+    (pimrt.runtime.sides) each side's stream takes every task's opening and closing."""
+
+    def __init__(self, schedule: Schedule, ctx, rule: bool = False,
+                 transfers: dict | None = None, slack: dict | None = None):
+        self.schedule, self.ctx, self.rule = schedule, ctx, rule
+        self.transfers, self.slack = transfers, slack
+        self._params: dict[int, np.ndarray] = {}   # task id -> its parameters (PARAM records)
+        self._work: dict[int, list] = {}           # task id -> its work, counted, until taken
+        self._barrier, last = set(), None
+        for t in schedule.tasks:
+            if not schedule.pipelined and last not in (None, t.side):
+                self._barrier.add(t.id)     # serial: the other side's work is done
+            last = t.side
+
+    def params(self, t, keep_work: bool = True) -> np.ndarray | None:
+        """Task t's authority parameters as PARAM records (None: it sets none): with slack
+        ((slack, duration, the PIM's load) per task id) the slack rule's, else the per-layer
+        rule's for its work's requests and compute (its work built to count them, kept for
+        work() with keep_work)."""
+        if not (self.rule and t.side == "host" and t.kind in ("conv", "linear")):
+            return None
+        if self.slack is not None:
+            return _params(slack_parameters(self.ctx.part, *self.slack[t.id]))
+        if t.id not in self._params:
+            blocks = task_blocks(t, self.ctx)
+            if keep_work:
+                blocks = self._work[t.id] = list(blocks)
+            nreq = compute = 0
+            for w in blocks:
+                nreq += int((w["op"] <= WRITE).sum())
+                compute += int(w["value"][(w["op"] == DELAY) | (w["op"] == COMPUTE)].sum())
+            self._params[t.id] = _params(layer_parameters(self.ctx.part, nreq, compute))
+        return self._params[t.id]
+
+    def count_parameters(self) -> None:
+        """Every task's parameters now (the per-layer rule builds each host CONV's work to
+        count it, then drops it): fed by side, neither side's stream then builds a task's
+        work while the other holds one half made."""
+        for t in self.schedule.tasks:
+            self.params(t, keep_work=False)
+
+    def opening(self, t, keep_work: bool = True) -> np.ndarray:
         who = HOST if t.side == "host" else PIM
         parts = [_marker(WAIT, who, 2 * d + 1) for d in t.deps]
-        if not schedule.pipelined and last_side not in (None, t.side):
-            parts.append(_marker(BARRIER, who, 0))  # serial: the other side's work is done
-        last_side = t.side
-        work = task_blocks(t, ctx)
-        if rule and t.side == "host" and t.kind in ("conv", "linear"):
-            if slack is not None:
-                parts.append(_params(slack_parameters(ctx.part, *slack[t.id])))
-            else:
-                work = list(work)
-                nreq = sum(int((w["op"] <= WRITE).sum()) for w in work)
-                compute = sum(int(w["value"][(w["op"] == DELAY) | (w["op"] == COMPUTE)].sum())
-                              for w in work)
-                parts.append(_params(layer_parameters(ctx.part, nreq, compute)))
+        if t.id in self._barrier:
+            parts.append(_marker(BARRIER, who, 0))
+        params = self.params(t, keep_work)
+        if params is not None:
+            parts.append(params)
         parts.append(_marker(SIGNAL, who, 2 * t.id))
-        yield np.concatenate(parts)
-        yield from work
-        end = [_marker(SIGNAL, who, 2 * t.id + 1)]
-        if transfers and t.id in transfers:
-            end.append(_dma(transfers[t.id]))
-        yield np.concatenate(end)
+        return np.concatenate(parts)
+
+    def work(self, t):
+        kept = self._work.pop(t.id, None)
+        return kept if kept is not None else task_blocks(t, self.ctx)
+
+    def closing(self, t) -> np.ndarray:
+        end = [_marker(SIGNAL, HOST if t.side == "host" else PIM, 2 * t.id + 1)]
+        if self.transfers and t.id in self.transfers:
+            end.append(_dma(self.transfers[t.id]))
+        return np.concatenate(end)
+
+
+def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | None = None,
+                slack: dict | None = None):
+    """Yield record arrays: for each task its opening, its work (in blocks) and its closing
+    (TaskPieces). With rule, each host CONV/linear task first sets the authority parameters
+    for its traits, or, with slack ((slack, duration, the PIM's load) per task id: the slack
+    rule), for whether the step waits for it."""
+    pieces = TaskPieces(schedule, ctx, rule, transfers, slack)
+    for t in schedule.tasks:
+        yield pieces.opening(t)
+        yield from pieces.work(t)
+        yield pieces.closing(t)
 
 
 def group_rule(part, host_part, groups: int = 4):
@@ -584,41 +635,31 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
     wall = time.perf_counter()
     if layrub and transfers is None:
         transfers = layrub_transfers(schedule, ctx)
-    stream = task_stream(schedule, ctx, rule, transfers, slack)
-    total = _run(ctl, sink.record(stream, schedule, ctl) if sink else stream, progress)
+    if ctl.by_side and schedule.pipelined and not sink:  # (no BARRIERs; a sink writes one)
+        total = run_by_side(ctl, TaskPieces(schedule, ctx, rule, transfers, slack), progress)
+    else:
+        stream = task_stream(schedule, ctx, rule, transfers, slack)
+        total = _run(ctl, sink.record(stream, schedule, ctl) if sink else stream, progress)
     if sink:
         sink.close(ctl)
     start, end = _task_times(ctl, len(schedule.tasks))
     wall = time.perf_counter() - wall
-    return StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(),
-                      part.timing["tCK"], wall, total, ctl.mode_switches(), exchange)
+    timing = StepTiming(policy, schedule.groups, schedule, start, end, ctl.stats(),
+                        part.timing["tCK"], wall, total, ctl.mode_switches(), exchange)
+    del ctl
+    release()                 # (the stream's arrays and memctl's buffers are freed)
+    return timing
 
 
 def _run(ctl, stream, progress=None) -> int:
-    """Feed a stream of record arrays to the controller in chunks of about FEED_RECORDS
-    (small arrays gathered in one buffer, large ones fed as they come) and finish the run;
-    returns the number of records."""
-    buf = np.empty(FEED_RECORDS, RECORD_DTYPE)
-    size = total = 0
-
-    def feed(recs) -> None:
-        nonlocal total
+    """Feed a stream of record arrays to the controller in chunks of at most FEED_RECORDS
+    (pimrt.runtime.sides.chunks) and finish the run; returns the number of records."""
+    total = 0
+    for recs in chunks(stream, FEED_RECORDS):
         ctl.feed(recs)
         total += len(recs)
         if progress:
             progress(len(recs))
-    for recs in stream:
-        n = len(recs)
-        if size and (size + n > FEED_RECORDS or n >= FEED_RECORDS // 4):
-            feed(buf[:size])
-            size = 0
-        if n >= FEED_RECORDS // 4:
-            feed(recs)
-        else:
-            buf[size:size + n] = recs
-            size += n
-    if size:
-        feed(buf[:size])
     ctl.finish()
     return total
 

@@ -25,6 +25,7 @@ from pimrt.errors import ConfigError
 from pimrt.graph import LayerGraph
 from pimrt.host import HostWork, load_host_part
 from pimrt.memctl.config import Part, encode_address
+from pimrt.runtime.lines import InterleavedLines
 from pimrt.runtime.exchange import ExchangeConfig, scattered_lines
 from pimrt.runtime.placement import Placement
 from pimrt.graph.precision import weight_copy
@@ -516,17 +517,14 @@ def gpu_blocks(task: Task, ctx: Context):
         layer = ctx.graph[task.layer]
         launches = len(layer.params) / FOREACH_TENSORS
     for passes in gpu_kernels(task, ctx):
-        addrs, ops = [], []
+        regions = []
         for rw, role, frac in passes:
             region = _role_region(task, role, ctx)
             start, nbytes = _task_slice(task, region, role)
-            a, o = _stream_lines(start, nbytes * frac, WRITE if rw == "W" else READ)
-            addrs.append(a)
-            ops.append(o)
-        order = np.argsort(np.concatenate([np.linspace(0, 1, len(a), endpoint=False)
-                                           for a in addrs]), kind="stable")
-        yield from streaming_blocks(np.concatenate(addrs)[order], np.concatenate(ops)[order],
-                                    ctx, launches)
+            regions.append((start, max(1, -(-int(nbytes * frac) // 64)),   # (_stream_lines')
+                            WRITE if rw == "W" else READ))
+        lines = InterleavedLines(regions)       # (made a block at a time as they are read)
+        yield from streaming_blocks(lines.addr, lines.op, ctx, launches)
 
 
 def exchange_records(task: Task, ctx: Context) -> np.ndarray:
