@@ -115,6 +115,17 @@ def _records(rows):
     return recs
 
 
+def _finish(sim, logged) -> int:
+    """mc_finish until it no longer pauses (the log drained each time): its last code."""
+    for _ in range(100_000):
+        rc = lib.mc_finish(sim)
+        assert rc in CODES
+        _drain(sim, logged)
+        if rc != lib.MC_PAUSED:
+            return rc
+    raise AssertionError("mc_finish does not finish")
+
+
 def _drain(sim, logged: list) -> None:
     buf = ffi.new("mc_cmd[]", 256)
     while True:
@@ -233,14 +244,7 @@ def test_hostile_calls_of_the_c_api_return_codes(cfg, rows, chunks, data):
             again = lib.mc_feed(sim, one, 1, data.draw(st.integers(0, 1)), consumed)
             assert again == lib.MC_ERR_ARG and consumed[0] == 0
         if rc == lib.MC_OK:
-            for _ in range(100_000):
-                rc = lib.mc_finish(sim)
-                assert rc in CODES
-                _drain(sim, logged)
-                if rc != lib.MC_PAUSED:
-                    break
-            else:
-                raise AssertionError("mc_finish does not finish")
+            rc = _finish(sim, logged)
         event(f"run: {'finished' if rc == lib.MC_OK else 'error ' + str(rc)}")
         after = lib.mc_feed(sim, one, 1, 1, consumed)
         assert after in ERRORS and consumed[0] == 0          # after mc_finish or an error
@@ -321,12 +325,7 @@ def test_hostile_calls_of_feed_by_side_return_codes(cfg, rows, chunks, data):
         event(f"by side: {'fed' if rc == lib.MC_OK else 'error ' + str(rc)}")
         if rc == lib.MC_OK:
             assert lib.mc_feed(sim, one, 1, 0, consumed) == lib.MC_ERR_ARG  # fed by side
-            for _ in range(100_000):
-                rc = lib.mc_finish(sim)
-                assert rc in CODES
-                _drain(sim, logged)
-                if rc != lib.MC_PAUSED:
-                    break
+            rc = _finish(sim, logged)
         assert lib.mc_feed_side(sim, 1, one, 1, 1, consumed) in ERRORS | {lib.MC_OK}
         _getters(sim, cfg, data)
     finally:

@@ -703,7 +703,7 @@ def test_functional_step_runs_relu6_on_the_pim_and_matches_torch(monkeypatch):
     ran = []
     fwd = kernels.relu6_forward
     monkeypatch.setattr(functional, "_RELUS", {**functional._RELUS, "relu6": (
-        lambda b, x: ran.append(1) or fwd(b, x), *functional._RELUS["relu6"][1:])})
+        lambda b, x, dt: ran.append(1) or fwd(b, x, dt), *functional._RELUS["relu6"][1:])})
     r = functional.check_step("mobilenetv2", 4, 32, "golden", groups=1, slices=2)
     assert ran and r["loss_abs_diff"] < 1e-5 and r["grads_within_tolerance"]
     assert all(j["pim_vs_float64"] <= 1e-4 + functional.NOISE_FACTOR * j["torch_vs_float64"]
@@ -713,6 +713,7 @@ def test_functional_step_runs_relu6_on_the_pim_and_matches_torch(monkeypatch):
     # they differ from torch's far from any threshold (at init few activations pass 6, so the
     # unit's ReLU is also given a gradient it must not pass: every element's)
     monkeypatch.setattr(functional, "_RELUS", {**functional._RELUS, "relu6": (
-        kernels.relu_forward, lambda b, y, dy: dy, lambda y, mask: np.ones(y.shape, np.int8))})
+        kernels.relu_forward, lambda b, y, dy, dt: dy,
+        lambda y, mask: np.ones(y.shape, np.int8))})
     bad = functional.check_step("mobilenetv2", 4, 32, "golden", groups=1, slices=2)
     assert bad["relu_mask_hard_flips"] > 0 and not bad["grads_within_tolerance"]
