@@ -22,8 +22,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 YARDSTICKS = ("tests/test_yardsticks.py",)
-SERIAL_BARRIER = ("            parts.append(_marker(BARRIER, who, 0))"
-                  "  # serial: the other side's work is done\n")
+SERIAL_BARRIER = "            parts.append(_marker(BARRIER, who, 0))\n"   # where serial changes side
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +77,8 @@ MUTANTS = [
            tests=("tests/test_authority_rule.py",),
            why="the default authority rule planning on durations no controller knows"),
     Mutant("serial_without_barriers", "pimrt/runtime/timing.py",
-           "        if not schedule.pipelined and last_side not in (None, t.side):\n",
-           "        if False:\n",
+           "            if not schedule.pipelined and last not in (None, t.side):\n",
+           "            if False:\n",
            tests=YARDSTICKS + ("tests/test_runtime.py::test_timed_tasks_respect_dependencies",),
            why="serial with host and PIM free to overlap"),
     Mutant("gpu_only_no_fixed_cost", "pimrt/runtime/work.py",

@@ -558,16 +558,17 @@ def test_traces_md_replay_line_is_the_runs_figures():
     assert f"`{line}`" in _words("traces.md")
 
 
-def test_speed_md_aim_of_issue_38_is_not_met():
+def test_speed_md_aim_of_issue_38_memory_met_cpu_not():
     """docs/speed.md: "The aim of issue 38 was 60 s of CPU and 0.5 GB for the 224x224 case;
-    the table shows it is not met" (docs/figures/bench-speed.json); and the block size
+    the table shows the memory aim met and the CPU aim not met" (docs/figures/bench-speed.json);
+    and the block size
     docs/architecture.md names is the runtime's."""
     from pimrt.runtime.work import BLOCK_REQUESTS
     runs = [r for r in _load("bench-speed.json")["runs"]
             if r["case"] == "resnet50_224" and r["build"] == "this"]
-    assert runs and all(r["cpu_s"] > 60 or r["peak_rss_mib"] * 2**20 > 0.5e9 for r in runs)
+    assert runs and all(r["cpu_s"] > 60 and r["peak_rss_mib"] * 2**20 <= 0.5e9 for r in runs)
     assert "The aim of issue 38 was 60 s of CPU and 0.5 GB for the 224x224 case; the table " \
-           "shows it is not met" in _words("speed.md")
+           "shows the memory aim met and the CPU aim not met" in _words("speed.md")
     assert f"blocks of about {BLOCK_REQUESTS // 1024}K requests" in _words("architecture.md")
 
 

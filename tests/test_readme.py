@@ -10,8 +10,8 @@ README = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 def _blocks() -> list[list[str]]:
     parts = README.split("```")
-    return [[line for line in parts[i].splitlines() if line.strip()]
-            for i in range(1, len(parts), 2)]
+    return [[line for line in parts[i].split("\n", 1)[1].splitlines() if line.strip()]
+            for i in range(1, len(parts), 2)]      # (the fence's info string dropped)
 
 
 def test_the_first_two_commands_stay():
