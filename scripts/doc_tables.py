@@ -192,6 +192,14 @@ _CASE = {"hbm2": "HBM2", "ddr4": "DDR4", "stream": "stream", "random": "random",
          "mix": "2:1 read/write"}
 
 
+def _load(st: dict) -> str:
+    """A bench's settings' load averages, as its table's line of when and where says them."""
+    if not (st.get("load_average_before") and st.get("load_average_after")):
+        return "load unknown"
+    return (f"load average {st['load_average_before'][0]:.2f} at the start, "
+            f"{st['load_average_after'][0]:.2f} at the end (1-minute)")
+
+
 def memctl_speed_table(results: dict) -> list[str]:
     """`pimrt bench memctl --dramsim3 BUILD --json`: a line saying when, where and how, then
     per host-only case the core's rate, `pimrt memsim`'s and DRAMsim3's whole processes on the
@@ -199,9 +207,7 @@ def memctl_speed_table(results: dict) -> list[str]:
     memsim's."""
     st = results["settings"]
     d3 = st["dramsim3"]
-    load = (f"load average {st['load_average_before'][0]:.2f} at the start, "
-            f"{st['load_average_after'][0]:.2f} at the end (1-minute)"
-            if st.get("load_average_before") and st.get("load_average_after") else "load unknown")
+    load = _load(st)
     out = [f"Measured {st['date']} on {st['machine']}, {load}; `pimrt bench memctl --only "
            f"{st['only']} --repeat {st['repeat']} --dramsim3 BUILD`, {st['requests']:,} requests "
            f"a trace, fastest of {st['repeat']} after one untimed run, memctl and DRAMsim3 "
@@ -234,9 +240,7 @@ def pim_speed_table(results: dict) -> list[str]:
     st = results["settings"]
     lanes = results["lanes"]
     target = results["target_elements_per_s"]
-    load = (f"load average {st['load_average_before'][0]:.2f} at the start, "
-            f"{st['load_average_after'][0]:.2f} at the end (1-minute)"
-            if st.get("load_average_before") and st.get("load_average_after") else "load unknown")
+    load = _load(st)
     cmd = (f"pimrt bench pim --lanes {st['lanes']} --elements {st['elements']} --repeat "
            f"{st['repeat']}" + ("" if st["kernels"] == "all" else f" --kernels {st['kernels']}")
            + (f" --units {st['units_asked']}" if st.get("units_asked") else "")
@@ -284,9 +288,7 @@ def pim_ops_table(results: dict) -> list[str]:
     """`pimrt bench pim_ops --json`: a line saying when, where and how, then per instruction
     and lane count the unit's clocks per CPU-second, the CPU ns a clock and a lane's share."""
     st = results["settings"]
-    load = (f"load average {st['load_average_before'][0]:.2f} at the start, "
-            f"{st['load_average_after'][0]:.2f} at the end (1-minute)"
-            if st.get("load_average_before") and st.get("load_average_after") else "load unknown")
+    load = _load(st)
     cmd = f"pimrt bench pim_ops --lanes {st['lanes']} --clocks {st['clocks']} --json FILE"
     lanes = list(dict.fromkeys(r["lanes"] for r in results["rows"]))
     out = [f"Measured {st['date']} on {st['machine']}, {load}; `{cmd}`: M clocks per second of "
@@ -312,9 +314,7 @@ def pim16_table(results: dict) -> list[str]:
     driver (by the wall clock and per CPU-second), and whether the RTL equalled the golden
     model."""
     st = results["settings"]
-    load = (f"load average {st['load_average_before'][0]:.2f} at the start, "
-            f"{st['load_average_after'][0]:.2f} at the end (1-minute)"
-            if st.get("load_average_before") and st.get("load_average_after") else "load unknown")
+    load = _load(st)
     cmd = (f"pimrt bench pim16 --lanes {st['lanes']} --elements {st['elements']}"
            + ("" if st["ops"] == "all" else f" --ops {st['ops']}") + " --json FILE")
     out = [f"Measured {st['date']} on {st['machine']}, {load}; `{cmd}`: one unit; M elements "
