@@ -12,7 +12,8 @@ from pimrt.errors import ConfigError
 from pimrt.graph import capture
 from pimrt.memctl import load_part
 from pimrt.runtime.authority import (BUSY_PIM_CAP_SWITCHES, BUSY_PIM_LOAD,
-                                     CRITICAL_CAP_SWITCHES, critical_parameters,
+                                     CRITICAL_CAP_SWITCHES, SLACK_YIELD_EPOCH_CAP,
+                                     critical_parameters,
                                      slack_parameters, switch_cost, yielding_parameters)
 from pimrt.runtime.plan import list_schedule, slack, task_key
 from pimrt.runtime.schedule import Schedule, Task
@@ -60,10 +61,16 @@ def test_a_critical_host_task_holds_the_channel_one_with_slack_yields():
     assert critical_parameters(part) == hold and yielding_parameters(part) == give
     assert slack_parameters(part, 0, 10_000) == hold
     assert slack_parameters(part, 499, 10_000) == hold          # under 5% of its duration
-    assert slack_parameters(part, 500, 10_000) == give
+    # the slack rule's yielding epochs are half the per-layer rule's: 2000 cycles
+    assert SLACK_YIELD_EPOCH_CAP == 2000
+    assert slack_parameters(part, 500, 10_000) == {**give, "epoch_cap": 2000}
     # a longer mode switch: the PIM's epochs beside a critical task grow with it
     slow = load_part("v100_hbm2_pim", {"pim": {"mode_switch_cycles": 96}})
     assert critical_parameters(slow)["epoch_cap"] == CRITICAL_CAP_SWITCHES * switch_cost(slow)
+    # a switch so long that 8 of them pass 2000 cycles: the cap is the minimum epoch
+    slowest = load_part("v100_hbm2_pim", {"pim": {"mode_switch_cycles": 200}})
+    floor = 8 * switch_cost(slowest)
+    assert floor > 2000 and slack_parameters(slowest, 500, 10_000)["epoch_cap"] == floor
 
 
 def test_beside_a_busy_pim_a_critical_host_task_leaves_it_longer_epochs():
@@ -78,7 +85,8 @@ def test_beside_a_busy_pim_a_critical_host_task_leaves_it_longer_epochs():
     assert slack_parameters(part, 0, 10_000, BUSY_PIM_LOAD) == busy
     assert slack_parameters(part, 0, 10_000, 0.9) == busy
     assert slack_parameters(part, 0, 10_000, BUSY_PIM_LOAD - 0.01) == critical_parameters(part)
-    assert slack_parameters(part, 500, 10_000, 0.9) == yielding_parameters(part)
+    assert slack_parameters(part, 500, 10_000, 0.9) == {**yielding_parameters(part),
+                                                        "epoch_cap": SLACK_YIELD_EPOCH_CAP}
 
 
 def test_the_pims_load_is_its_tasks_time_over_the_hosts():
@@ -174,7 +182,7 @@ def test_the_default_keeps_the_shorter_of_the_two_steps_it_measured(monkeypatch,
     the shorter, the other beside it (StepTiming.slack_step when the per-layer rule's was
     kept), and a trace it writes is of the step kept. ResNet-18 at batch 4: the slack rule's
     step is the shorter (2,203,545 cycles against 2,214,870); with every host task given
-    slack (the PIM's long epochs everywhere) it is 2,244,954, and the per-layer one is kept."""
+    slack (the PIM's long epochs everywhere) it is 2,227,493, and the per-layer one is kept."""
     from pimrt.runtime import plan, session
     from pimrt.trace.step import StepTrace
     g = session.captured("resnet18", 4, 32)
@@ -185,11 +193,11 @@ def test_the_default_keeps_the_shorter_of_the_two_steps_it_measured(monkeypatch,
     sink = StepTrace(tmp_path / "kept.npy", {"model": "resnet18", "batch": 4})
     run = time_step(g, "authority", sink=sink)
     assert run.makespan == run.profile.makespan == 2_214_870
-    assert run.slack_step.makespan == 2_244_954 and run.authority_rule == "slack"
+    assert run.slack_step.makespan == 2_227_493 and run.authority_rule == "slack"
     assert run.slack_step.stats["requests"] == run.stats["requests"]
     s = report_summary(run, None, {})
     assert s["authority_rule_kept"] == "layer" and s["speedup_vs_layer_rule"] == 1.0
-    assert s["slack_rule_makespan_cycles"] == 2_244_954
+    assert s["slack_rule_makespan_cycles"] == 2_227_493
     stats = tmp_path / "kept.stats.json"
     assert main(["memsim", str(tmp_path / "kept.npy"), "--quiet", "--stats", str(stats)]) == 0
     assert json.loads(stats.read_text())["cycles"] == run.stats["cycles"]   # the kept step's

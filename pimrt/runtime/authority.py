@@ -25,7 +25,8 @@ pimrt.runtime.plan.slack) and gives each host CONV/linear task
   channel: the PIM's epochs capped at CRITICAL_CAP_SWITCHES switch costs, the host taking
   the channel back once one request waits, epochs of at least two switch costs;
 - with slack (the step waits for the PIM meanwhile) long PIM epochs, as a memory-bound host
-  layer gets from the per-layer rule.
+  layer gets from the per-layer rule, but capped at SLACK_YIELD_EPOCH_CAP cycles: half the
+  per-layer rule's cap, so the host's requests wait less behind each PIM epoch.
 Where the PIM's work is close to the host's (BUSY_PIM_LOAD of it or more, in the same
 durations), holding the PIM to short epochs beside a critical host task only moves the wait:
 the PIM becomes the side the step waits for. Its epochs beside a critical host task are then
@@ -45,6 +46,7 @@ CRITICAL_SLACK = 0.05          # a host task with less slack than this share of 
 CRITICAL_CAP_SWITCHES = 6      # the PIM's epoch cap beside a critical host task, switch costs
 BUSY_PIM_LOAD = 0.6            # the PIM's work over the host's from which ...
 BUSY_PIM_CAP_SWITCHES = 12     # ... the PIM's epoch cap beside a critical host task is this
+SLACK_YIELD_EPOCH_CAP = 2000   # the PIM's epoch cap beside a host task with slack, cycles
 
 
 def yielding_parameters(part: Part) -> dict[str, int]:
@@ -67,8 +69,10 @@ def slack_parameters(part: Part, slack: int, duration: int,
                      pim_load: float = 0.0) -> dict[str, int]:
     """The slack rule's parameters for a host task with this slack and duration, in a step
     whose PIM tasks take pim_load times its host tasks' time (the same durations)."""
-    critical = slack < CRITICAL_SLACK * duration
-    return critical_parameters(part, pim_load) if critical else yielding_parameters(part)
+    if slack < CRITICAL_SLACK * duration:
+        return critical_parameters(part, pim_load)
+    yielding = yielding_parameters(part)
+    return {**yielding, "epoch_cap": max(SLACK_YIELD_EPOCH_CAP, yielding["min_epoch"])}
 
 
 def layer_parameters(part: Part, host_requests: int, host_compute_cycles: int) -> dict[str, int]:
