@@ -141,3 +141,22 @@ def test_the_table_sizes_its_columns_to_the_longest_name():
     assert _row(results[1], False, w) == rows[1]
     # short names keep the former widths
     assert _table([_result("resnet18", "serial")]).splitlines()[0].index("policy") == 17
+
+
+def test_jobs_keep_the_precision(tmp_path):
+    """--jobs N under --precision amp-fp16: each worker captures its model with the 16-bit
+    tensors, as one process does (until 2026-12-05 the workers captured fp32 tensors and ran
+    them on the AMP host part: an fp32 step on Tensor Cores labelled amp-fp16)."""
+    args = ["compare", "--models", "resnet_cifar_20,resnet_cifar_32", "--policies",
+            "serial", "--batch", "2", "--input", "32", "--quiet"]
+    assert main(args + ["--precision", "amp-fp16", "--out", str(tmp_path / "one")]) == 0
+    assert main(args + ["--precision", "amp-fp16", "--jobs", "2",
+                        "--out", str(tmp_path / "two")]) == 0
+    assert main(args + ["--host-part", "v100_tc", "--out", str(tmp_path / "fp32")]) == 0
+    one, two, fp32 = (json.loads((tmp_path / d / "compare.json").read_text())
+                      for d in ("one", "two", "fp32"))
+    assert [r["precision"] for r in two] == ["amp-fp16"] * 2
+    assert [(r["model"], r["step_ms"], r["requests"]) for r in two] == \
+           [(r["model"], r["step_ms"], r["requests"]) for r in one]
+    # 16-bit activations: fewer requests than the same host part with fp32 tensors
+    assert all(a["requests"] < b["requests"] for a, b in zip(two, fp32))

@@ -172,7 +172,7 @@ def _model_worker(job: tuple) -> list[dict]:
     from pimrt.runtime import session
     m, policies, args, folder, times = job
     args.quiet = True                              # one process's bars would garble another's
-    graph = session.captured(m, args.batch, args.input, args.allow_unsupported)
+    graph = session.captured(m, args.batch, args.input, args.allow_unsupported, args.precision)
     return list(_model_runs(m, graph, policies, args, folder, times))
 
 
