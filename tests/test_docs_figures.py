@@ -50,6 +50,39 @@ def test_runtime_md_holds_the_sensitivity_study():
     assert not missing, f"docs/runtime.md lacks these rows of docs/figures/sensitivity.csv: {missing[:2]}"
 
 
+def test_runtime_md_holds_the_224_sensitivity_study():
+    """docs/runtime.md "Sensitivity at 224x224": the table is docs/figures/sensitivity-224.csv
+    as doc_tables renders it, and the statements under it hold on that file."""
+    import csv
+    with open(FIG / "sensitivity-224.csv", newline="") as fh:
+        data = list(csv.DictReader(fh))
+    text = (ROOT / "docs" / "runtime.md").read_text()
+    missing = [r for r in doc_tables.sensitivity_table(data) if r not in text]
+    assert not missing, f"docs/runtime.md lacks these rows of sensitivity-224.csv: {missing[:2]}"
+    f = {(r["model"], r["variant"]): r for r in data}
+    models = list(dict.fromkeys(r["model"] for r in data))
+    variants = list(dict.fromkeys(r["variant"] for r in data))
+    v = lambda m, var, k: float(f[m, var][k])   # noqa: E731
+    words = _words("runtime.md")
+    assert all(v(m, var, k) > 1 for m in models for var in variants
+               for k in ("speedup_vs_gpu_only", "speedup_vs_serial"))
+    assert "Every variant's step beats GPU-only and serial on all five networks here too." in words
+    for var in ("one_stack", "tensor_core_host"):
+        up = [m for m in models if v(m, var, "speedup_vs_gpu_only") > v(m, "default", "speedup_vs_gpu_only")]
+        assert up == [m for m in models if m != "mobilenetv2"], var
+        assert all(v(m, var, "step_vs_bound") > v(m, "default", "step_vs_bound") for m in models)
+    assert all(max(variants, key=lambda var: v(m, var, "step_vs_bound")) == "one_stack"
+               for m in models)
+    assert "One stack and the Tensor-Core host raise the ratio over GPU-only on every network but " \
+           "MobileNetV2 and move every step away from its bound, one stack furthest" in words
+    mean = lambda var: _mean(v(m, var, "speedup_vs_serial") for m in models)   # noqa: E731
+    for var in ("lanes16", "pim_at_memory_clock"):
+        assert all(v(m, var, "step_ms") < v(m, "default", "step_ms") for m in models)
+        assert mean(var) < mean("default")
+    moved = max(abs(v(m, "switch_x4", "step_ms") / v(m, "default", "step_ms") - 1) for m in models)
+    assert f"a 4x mode switch moves no step by more than {100 * moved:.1f}%" in words
+
+
 def test_speed_md_holds_the_bench_speed_runs():
     text = (ROOT / "docs" / "speed.md").read_text()
     rows = doc_tables.speed_table(json.loads((FIG / "bench-speed.json").read_text()), "baseline")
