@@ -16,8 +16,10 @@ from pimrt.pim import cycles, kernels as K  # noqa: E402
 
 def rows() -> list[tuple[str, str, str]]:
     """(label, fp32 kernel, 16-bit kernel with {dt}) for every base with 16-bit variants."""
-    out = [(base, base, f"{base}_{{dt}}") for base in K.VARIANTS if base != "sgd"]
-    return out + [("sgd -> sgd_amp", "sgd", "sgd_amp_{dt}")]
+    out = [(base, base, f"{base}_{{dt}}") for base in K.VARIANTS
+           if base not in ("sgd", "sgd_apply")]
+    return out + [("sgd -> sgd_amp", "sgd", "sgd_amp_{dt}"),
+                  ("sgd_apply -> sgd_apply_amp", "sgd_apply", "sgd_apply_amp_{dt}")]
 
 
 def table(what: str = "cycles_per_element") -> list[str]:

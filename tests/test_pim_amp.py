@@ -314,6 +314,22 @@ def test_sgd_amp_equals_sgd_and_its_copy_torchs_cast(g, dt, data):
     same(w16, bits(torch.from_numpy(w1).to(TORCH[dt])), dt, nan_any=False)
 
 
+@pytest.mark.parametrize("dt", DTYPES)
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_sgd_apply_amp_equals_sgd_apply_and_its_copy_torchs_cast(g, dt, data):
+    n = data.draw(st.integers(3, 1500))
+    w, d = (_f32_draws(data, n) for _ in range(2))
+    w[:3] = [np.inf, 65504.0, 65520.0]            # 65520 rounds to fp16's inf
+    lr = data.draw(st.sampled_from([0.1, 0.05, 1e-3]))
+    w1 = K.sgd_apply(g, w, d, lr)
+    w2, w16 = K.sgd_apply_amp(g, w, d, lr, dtype=dt)
+    assert (w1.view(np.uint32) == w2.view(np.uint32)).all()
+    same(w16, bits(torch.from_numpy(w1).to(TORCH[dt])), dt, nan_any=False)
+    assert K.variant("sgd_apply", dt) == f"sgd_apply_amp_{dt}"
+    assert K.stream_dtypes(f"sgd_apply_amp_{dt}") == {"w": "f32", "d": "f32", "w16": dt}
+
+
 # ---- names, dtypes and the access model ---------------------------------------------------------
 
 def test_variant_and_stream_dtypes():

@@ -214,6 +214,10 @@ STREAM_KERNELS.update({k.name: k for k in [
                    K16.suffixed(K16.SGD_AMP, dt), ("weight_decay", "momentum", "neg_lr"),
                    doc=f"sgd's update in fp32, and w16 = w rounded to {dt} (RNE)",
                    dtype=dt, narrow=("w16",)) for dt in K16.DTYPES16],
+    *[StreamKernel(f"sgd_apply_amp_{dt}", ("w", "d"), ("w", "w16"),
+                   K16.suffixed(K16.SGD_APPLY_AMP, dt), ("neg_lr",),
+                   doc=f"sgd_apply's update in fp32 (GradSA's, LaySA's), and w16 = w rounded "
+                       f"to {dt} (RNE)", dtype=dt, narrow=("w16",)) for dt in K16.DTYPES16],
 ]})
 
 
@@ -459,6 +463,18 @@ def sgd_apply(backend: Backend, w, d, lr: float) -> np.ndarray:
     (torch: p.add_(d, alpha=-lr), whose CPU kernel may fuse). LaySA's mirror update."""
     r = run_stream(backend, "sgd_apply", {"w": w, "d": d}, {"neg_lr": -lr})
     return r.outputs["w"].reshape(np.shape(w))
+
+
+def sgd_apply_amp(backend: Backend, w, d, lr: float, dtype: str = "f16"):
+    """sgd_apply on a CONV's fp32 master weights under AMP, and the 16-bit copy of the
+    updated weights (torch's w.to(dtype), RNE) the next forward reads. -> (w, w16) with w16
+    as values16 gives it."""
+    name = variant("sgd_apply", dtype)
+    if name == "sgd_apply":
+        raise PimError("sgd_apply_amp: dtype must be f16 or bf16 (sgd_apply is the fp32 one)")
+    r = run_stream(backend, name, {"w": w, "d": d}, {"neg_lr": -lr})
+    shape = np.shape(w)
+    return r.outputs["w"].reshape(shape), values16(r.outputs["w16"].reshape(shape), dtype)
 
 
 # ---- batch norm (training), many channels per run --------------------------------------------
@@ -1054,10 +1070,13 @@ KERNELS = tuple(STREAM_KERNELS) + tuple(CHANNEL_KERNELS) + POOL_KERNELS
 
 # ---- kernels by dtype (an AMP step's kernels) ----------------------------------------------
 
-F32_ONLY = ("sgd_apply", "gradsa_fold", "gradsa_select")   # fp32 under AMP too
+F32_ONLY = ("gradsa_fold", "gradsa_select")   # fp32 under AMP too
 VARIANTS = {base: {"f32": base, **{dt: f"{base}_{dt}" for dt in K16.DTYPES16}}
             for base in (*K16.STREAM16, *K16.CHANNEL16, *POOL_BASES)}
 VARIANTS["sgd"] = {"f32": "sgd", **{dt: f"sgd_amp_{dt}" for dt in K16.DTYPES16}}
+# GradSA's and LaySA's apply on a CONV's weights: fp32, and the 16-bit copy
+VARIANTS["sgd_apply"] = {"f32": "sgd_apply",
+                         **{dt: f"sgd_apply_amp_{dt}" for dt in K16.DTYPES16}}
 # a CONV's gradient: its 16-bit weight gradient widened, unscaled and checked
 VARIANTS["amp_unscale"] = {"f32": "amp_unscale",
                            **{dt: f"amp_unscale_{dt}" for dt in K16.DTYPES16}}

@@ -31,6 +31,10 @@ STREAM16 = {
 SGD_AMP = ("MOV G{i}, B[{w}+]", "MAD G{j}, G{i}, S0, B[{g}+]", "MAD G{j}, B[{v}+], S1, G{j}",
            "MOV B[{v_out}+], G{j}", "MAD G{i}, G{j}, S2, G{i}", "MOV B[{w_out}+], G{i}",
            "pair CVTPK{dt} B[{w16}+], G{e}, G{o}")
+# GradSA's and LaySA's apply (sgd_apply: w = d*(-lr) + w, fp32) on a CONV's master weights,
+# writing the 16-bit copy the next forward reads as sgd_amp does
+SGD_APPLY_AMP = ("MOV G{i}, B[{w}+]", "MAD G{i}, B[{d}+], S0, G{i}", "MOV B[{w_out}+], G{i}",
+                 "pair CVTPK{dt} B[{w16}+], G{e}, G{o}")
 # the scaler's unscale: g = g * inv_scale; A0 = A0 + g*0 is NaN in a lane that saw an inf or
 # a NaN (an fp32 g*0 is +-0 exactly when g is finite)
 AMP_UNSCALE = ("MOV G{i}, B[{g}+]", "MAD A0, G{i}, S1, A0", "MUL B[{g_out}+], G{i}, S0")
