@@ -166,6 +166,46 @@ def test_amp_bf16_casts_conv_gradients_without_a_barrier():
     assert first_update < last_bwd        # updates run during backward, as in fp32
 
 
+def test_amp_fp16_gradsa_folds_after_every_check():
+    """A fold changes the momentum and the residual: with loss scaling it waits for every
+    unscale, as SGD's updates do (a step the scaler skips leaves them as they were); without
+    (amp-bf16) each fold waits only for its own layer's widening."""
+    for precision, barrier in (("amp-fp16", True), ("amp-bf16", False)):
+        g = session.captured("resnet18", 4, 32, precision=precision)
+        s = build_schedule(g, 1, exchange="gradsa")
+        unscale = {t.id for t in s.tasks if t.kind == "unscale"}
+        folds = [t for t in s.tasks if t.kind == "fold"]
+        assert sorted(t.layer for t in folds) == sorted(n.name for n in g.nodes if n.param_bytes)
+        assert all(unscale <= set(t.deps) for t in folds) is barrier
+        if not barrier:
+            last_bwd = max(t.id for t in s.tasks if t.phase in ("bwd", "bwd_data", "bwd_weight"))
+            assert min(t.id for t in folds) < last_bwd
+
+
+def test_amp_apply_writes_the_weight_copy():
+    """GradSA's and LaySA's apply of a CONV's update under AMP writes the 16-bit copy of its
+    weights the next forward reads (sgd_apply_amp_<dtype> on the PIM; on the GPU torch's
+    cast after the update); batch norm's parameters have none."""
+    from types import SimpleNamespace
+    from pimrt.runtime.work import gpu_kernels, pim_kernels
+    for precision, dt in (("amp-fp16", "f16"), ("amp-bf16", "bf16")):
+        g = session.captured("resnet18", 4, 32, precision=precision)
+        ctx = SimpleNamespace(graph=g)
+        for exchange in ("gradsa", "laysa") if precision == "amp-bf16" else ("gradsa",):
+            applies = [t for t in build_schedule(g, 1, exchange=exchange).tasks
+                       if (t.kind, t.phase) == ("update", "apply")]
+            conv = [t for t in applies if weight_copy(g, g[t.layer])]
+            other = [t for t in applies if not weight_copy(g, g[t.layer])]
+            assert len(conv) == 21 and other
+            for t in conv:
+                assert pim_kernels(t, ctx) == [(f"sgd_apply_amp_{dt}", {
+                    "w": "param", "d": "update", "w16": "param16"})]
+                assert gpu_kernels(t, ctx)[-1] == [("R", "param", 1), ("W", "param16", 1)]
+            for t in other:
+                assert pim_kernels(t, ctx) == [("sgd_apply", {"w": "param", "d": "update"})]
+                assert ("W", "param16", 1) not in sum(gpu_kernels(t, ctx), [])
+
+
 def test_laysa_refused_with_loss_scaling():
     g = session.captured("resnet18", 4, 32, precision="amp-fp16")
     with pytest.raises(ConfigError, match="laysa.*amp-fp16"):

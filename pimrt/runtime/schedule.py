@@ -360,15 +360,16 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         gradient, and with loss scaling every gradient is unscaled and checked for inf/NaN
         (an "unscale" task; torch: autograd's cast back, then GradScaler.unscale_), before
         its update or fold. With loss scaling no update may run before every gradient is
-        checked (the scaler skips the step on an inf): the updates wait for the last
-        unscale (returns None: held in `checked`)."""
+        checked (the scaler skips the step on an inf, leaving every state as it was): the
+        updates, and GradSA's folds (a fold changes the momentum and the residual), wait
+        for the last unscale (returns None: held in `checked`)."""
         layer = graph[args[1]]
         if not (weight_copy(graph, layer) or scaling):
             return args
         u = task("pim", args[1], "unscale", "update", -1, 1, args[6], args[7], args[8])
         unscaled.append(u)
         args = args[:6] + ([u],) + args[7:]
-        if scaling and not sparse:
+        if scaling:
             checked.append(args)
             return None
         return args
@@ -548,8 +549,16 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
         flush_updates()
     after_dx()
     after_dw()
-    for args in checked:              # loss scaling: the updates after every check
-        task(*(args[:6] + (args[6] + unscaled,) + args[7:]))
+    for args in checked:              # loss scaling: the updates (folds) after every check
+        deps = args[6] + unscaled
+        if sparse:                    # (never LaySA: refused with loss scaling above)
+            folded.append((args[1], args[7], args[8],
+                           task("pim", args[1], "fold", "update", -1, 1, deps, args[7],
+                                args[8])))
+        else:
+            task(*(args[:6] + (deps,) + args[7:]))
+    after_dx()
+    after_dw()
     for args in applies + final_updates:
         task(*(args[:6] + (args[6] + unscaled,) + args[7:]) if scaling else args)
     return Schedule(graph, groups, _group_major(tasks), pipelined)

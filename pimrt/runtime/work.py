@@ -86,7 +86,8 @@ FP32_KERNELS = ("sgd", "gradsa_fold", "gradsa_select", "sgd_apply", "amp_unscale
 def pim_kernels(task: Task, ctx) -> list:
     """The PIM kernels a task runs (KERNELS), each in the lanes' dtype of the task's tensors
     (pimrt.graph.precision): under AMP the activation kernels in 16 bits; a CONV's update
-    writes the 16-bit copy of its weights as well (sgd_amp_<dtype>); the unscale (loss scaling:
+    writes the 16-bit copy of its weights as well (sgd_amp_<dtype>; GradSA's and LaySA's
+    apply sgd_apply_amp_<dtype>); the unscale (loss scaling:
     pimrt.runtime.schedule) turns a CONV's 16-bit weight gradient into the fp32 one, or
     unscales batch norm's fp32 gradients in place, and checks them for inf and NaN."""
     from pimrt.graph.precision import amp, lane_dtype
@@ -104,6 +105,8 @@ def pim_kernels(task: Task, ctx) -> list:
     if key == ("update", "update") and copy:
         return [(variant("sgd", dt), {"w": "param", "g": "pgrad", "v": "momentum",
                                           "w16": "param16"})]
+    if key == ("update", "apply") and copy:       # GradSA's, LaySA's apply: the copy too
+        return [(variant("sgd_apply", dt), {"w": "param", "d": "update", "w16": "param16"})]
     base = KERNELS.get(key)
     if base is None:
         return None
@@ -488,14 +491,15 @@ def streaming_blocks(addr: np.ndarray, op: np.ndarray, ctx: Context, launches: f
 def gpu_kernels(task: Task, ctx: Context) -> list:
     """GPU_KERNELS' passes for a task; under AMP torch's: a CONV's 16-bit weight gradient
     cast to its fp32 gradient (autograd's copy back), the scaler's unscale and inf/NaN check
-    (_amp_foreach_non_finite_check_and_unscale_, amp-fp16), and after the SGD update the
-    16-bit copy of the weights autocast casts for the next forward."""
+    (_amp_foreach_non_finite_check_and_unscale_, amp-fp16), and after the SGD update (or
+    GradSA's, LaySA's apply) the 16-bit copy of the weights autocast casts for the next forward."""
     from pimrt.graph.precision import amp, loss_scaling
     key = (task.kind, task.phase)
-    if not amp(ctx.graph) or key not in (("unscale", "update"), ("update", "update")):
+    if not amp(ctx.graph) or key not in (("unscale", "update"), ("update", "update"),
+                                         ("update", "apply")):
         return GPU_KERNELS[key]
     copy = weight_copy(ctx.graph, ctx.graph[task.layer])
-    if key == ("update", "update"):
+    if key in (("update", "update"), ("update", "apply")):
         return GPU_KERNELS[key] + ([[("R", "param", 1), ("W", "param16", 1)]] if copy else [])
     return ([[("R", "pgrad16", 1), ("W", "pgrad", 1)]] if copy else []) + \
         ([[("R", "pgrad", 1), ("W", "pgrad", 1)]] if loss_scaling(ctx.graph) else [])
