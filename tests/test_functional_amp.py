@@ -34,20 +34,42 @@ def test_amp_step_on_larger_models_within_torchs_own_distance_from_fp32(model):
     assert r["found_inf"] == r["found_inf_ref"]
 
 
+@pytest.mark.parametrize("precision, update", [("amp-fp16", "gradsa"), ("amp-bf16", "laysa")])
+def test_gradsa_update_under_amp_matches_pimrt_gradsa(precision, update):
+    """GradSA's step on the PIM on the unscaled fp32 gradients (fold, select, apply: fp32;
+    a CONV's apply writes its 16-bit copy) against GradSA in torch on the same gradients,
+    within the ulp torch's fused add-with-alpha differs by, as the fp32 step's."""
+    r = check_step_amp("resnet_cifar_20", 4, 32, "golden", precision, groups=2, update=update,
+                       density=0.01)
+    u = r["update_check"]
+    assert u["update"] == update and u["kept_elements"] > 0 and u["density"] == 0.01
+    assert u["max_param_rel_diff"] < 1e-6 and u["max_residual_rel_diff"] < 1e-6
+    from torch import nn
+    from pimrt import zoo
+    lowered = sum(len(list(m.parameters(recurse=False))) for m in
+                  zoo.build("resnet_cifar_20", input_size=32).modules()
+                  if isinstance(m, (nn.Conv2d, nn.Linear)))
+    assert u["weight_copies"] == lowered == 23     # 21 CONVs, the linear layer's weight and bias
+    assert r["weight_copies_equal_torch_cast"]     # sgd_apply_amp's copy: torch's w.to(dtype)
+    assert r["found_inf"] is r["found_inf_ref"] is False
+    assert r["grads_within_tolerance"] and r["groups_equal"]
+
+
 @pytest.mark.parametrize("kw, match", [
-    ({"update": "gradsa"}, "--update gradsa under AMP is timed but not run"),
+    ({"update": "laysa", "precision": "amp-fp16"}, "laysa with --precision amp-fp16: LaySA"),
+    ({"update": "powersgd"}, "unknown update 'powersgd'"),
     ({"backend": "torch"}, "golden or rtl backend")])
 def test_what_the_amp_step_cannot_run_is_refused(kw, match):
-    args = {"backend": "golden", "update": "sgd", **kw}
+    args = {"backend": "golden", "update": "sgd", "precision": "amp-bf16", **kw}
     with pytest.raises(ConfigError, match=match):
         check("resnet_cifar_20", 4, 32, args["backend"], update=args["update"],
-              precision="amp-bf16")
+              precision=args["precision"])
 
 
-def test_run_refuses_gradsa_functional_under_amp_before_work(tmp_path, capsys):
+def test_run_refuses_laysa_functional_under_amp_fp16_before_work(tmp_path, capsys):
     from pimrt.cli import main
-    rc = main(["run", "--precision", "amp-fp16", "--update", "gradsa", "--out",
+    rc = main(["run", "--precision", "amp-fp16", "--update", "laysa", "--out",
                str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err
-    assert rc == 2 and "--functional none" in err and "Traceback" not in err
+    assert rc == 2 and "use amp-bf16" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()

@@ -395,12 +395,14 @@ def _gradsa_step_torch(model, lr, config):
     return state
 
 
-def _gradsa_step_pim(model, backend, lr, config):
+def _gradsa_step_pim(model, backend, lr, config, copies=None):
     """The same step with the per-element work on the PIM (pimrt.runtime.exchange): the unit
     folds the gradient into u and v (gradsa_fold), the host draws the threshold from v as
     GradSA's select does (same generator), the unit masks (gradsa_select), the host keeps at
     most k of the candidates, encodes them, writes back the remainders and decodes; the unit
-    applies the update (sgd_apply). Returns the GradSA state."""
+    applies the update (sgd_apply). copies (AMP): parameter name -> "f16" / "bf16" for the
+    CONV weights whose apply also writes the 16-bit copy (sgd_apply_amp_<dtype>), each
+    compared with torch's cast of the updated weight. -> (GradSA state, every copy equal)."""
     from pimrt.gradsa import sparsify as sp
     from pimrt.gradsa.hook import GradSAState, aggregate
     state = GradSAState(model, config=config)
@@ -429,7 +431,7 @@ def _gradsa_step_pim(model, backend, lr, config):
     state.last_kept = [ix for ix, _, _ in layers]
     numels = [n for _, _, n in layers]
     update = aggregate([payload], state.fmt, numels, 1)
-    off = 0
+    off, copies, copies_equal = 0, copies or {}, True
     with torch.no_grad():
         for (name, p), (ps, idx, d), dec, n in zip(named, chosen, decoded, numels):
             if idx.numel():
@@ -437,9 +439,19 @@ def _gradsa_step_pim(model, backend, lr, config):
             d, upd = d.copy(), update[off:off + n]
             nz = np.flatnonzero(upd)
             d[nz] = upd[nz]               # scattered into the buffer the unit cleared to +0
-            p.copy_(_t(kernels.sgd_apply(backend, _np(p).ravel(), d, lr).reshape(p.shape), p))
+            if name in copies:
+                new_w, w16 = kernels.sgd_apply_amp(backend, _np(p).ravel(), d, lr, copies[name])
+                want = _data(torch.from_numpy(new_w).to(_TORCH16[copies[name]]))[0]
+                copies_equal &= bool(np.array_equal(np.asarray(w16).view(np.uint16),
+                                                    np.asarray(want).view(np.uint16)))
+            else:
+                new_w = kernels.sgd_apply(backend, _np(p).ravel(), d, lr)
+            p.copy_(_t(new_w.reshape(p.shape), p))
             off += n
-    return state
+    return state, copies_equal
+
+
+_TORCH16 = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
 def check_step(model_name: str, batch: int, input_size: int, backend: str = "golden",
@@ -497,7 +509,7 @@ def check_step(model_name: str, batch: int, input_size: int, backend: str = "gol
         if ops.backend is None:
             p_state = _gradsa_step_torch(gm, lr, config)
         else:
-            p_state = _gradsa_step_pim(gm, ops.backend, lr, config)
+            p_state = _gradsa_step_pim(gm, ops.backend, lr, config)[0]
         twin_params = dict(twin.named_parameters())
         exact = all(torch.equal(p.detach(), twin_params[n].detach())
                     for n, p in gm.named_parameters())

@@ -9,7 +9,8 @@ variants); the update as the timing model runs it: a CONV's 16-bit weight gradie
 unscaled and checked for inf/NaN (amp_unscale_<dtype>), batch norm's fp32 gradients unscaled
 (amp_unscale), the step skipped if any flag is set, then SGD on the fp32 master weights, a
 CONV's writing the 16-bit copy of its weights (sgd_amp_<dtype>), which is checked against
-torch's cast of the updated weight.
+torch's cast of the updated weight; or GradSA's step (fold, select, apply: fp32) on the
+unscaled gradients, a CONV's apply writing the copy (sgd_apply_amp_<dtype>).
 
 What is emulated: torch's CPU autocast runs fp16 and bf16 CONVs through its CPU kernels, not
 Tensor Cores; the reference and the PIM step share them, so the comparison is of the PIM's ops.
@@ -44,9 +45,11 @@ def _lowered(model: nn.Module) -> set[str]:
             if isinstance(mod, (nn.Conv2d, nn.Linear)) for n, _ in mod.named_parameters(recurse=False)}
 
 
-def _torch_step(model, x, y, precision, lr, momentum, wd, scale=INIT_SCALE):
+def _torch_step(model, x, y, precision, lr, momentum, wd, scale=INIT_SCALE, config=None):
     """torch's AMP step: forward under autocast, GradScaler (amp-fp16) at `scale`, SGD
-    (precision "fp32": a plain fp32 step). -> (loss, the unscaled gradients, found_inf)."""
+    (precision "fp32": a plain fp32 step); with a GradSA `config` the update is GradSA's on
+    the unscaled gradients (pimrt.gradsa in torch), skipped as the scaler's step on an inf.
+    -> (loss, the unscaled gradients, found_inf)."""
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
     scaler = torch.amp.GradScaler("cpu", init_scale=scale) \
         if precision == "amp-fp16" else None
@@ -59,7 +62,11 @@ def _torch_step(model, x, y, precision, lr, momentum, wd, scale=INIT_SCALE):
         scaler.unscale_(opt)
         found = bool(sum(v.item() for v in scaler._found_inf_per_device(opt).values()))
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    if scaler:
+    if config is not None:
+        if not found:
+            from pimrt.runtime.functional import _gradsa_step_torch
+            _gradsa_step_torch(model, lr, config)
+    elif scaler:
         scaler.step(opt)
         scaler.update()
     else:
@@ -79,17 +86,26 @@ def _first_scale(model, x, y, precision, seed, lr, momentum, wd) -> tuple[float,
     return scale, skipped
 
 
-def _pim_update(model, backend, precision, lr, momentum, wd, lowered,
-                scale) -> tuple[bool, bool]:
-    """The AMP update on the PIM (the first step: the momentum buffer starts as the gradient,
-    as torch's). -> (found_inf, every 16-bit weight copy equal to torch's cast)."""
-    dt = {"amp-fp16": "f16", "amp-bf16": "bf16"}[precision]
+DT16 = {"amp-fp16": "f16", "amp-bf16": "bf16"}
+
+
+def _is_lowered(name: str, lowered: set[str]) -> bool:
+    """Whether parameter `name` of the PIM model (batch norms wrapped as .bn) is a CONV's or
+    linear layer's, whose forward reads a 16-bit copy."""
+    return name in lowered or name.replace("bn.", "") in lowered
+
+
+def _pim_unscale(model, backend, precision, lowered, scale) -> tuple[dict, bool]:
+    """Every gradient made the fp32 gradient its update reads, on the PIM: a CONV's 16-bit
+    weight gradient widened (and unscaled, amp_unscale_<dtype>), batch norm's fp32 gradients
+    unscaled (amp_unscale, amp-fp16 only). -> ({name: g}, found_inf)."""
+    dt = DT16[precision]
     inv = 1.0 / scale if precision == "amp-fp16" else 1.0
     grads, found = {}, False
     for name, p in model.named_parameters():
         if p.grad is None:
             continue
-        if name in lowered or name.replace("bn.", "") in lowered:
+        if _is_lowered(name, lowered):
             # the CONV's 16-bit weight gradient (torch's p.grad is its exact fp32 widening)
             g16, _ = _data(p.grad.to(LOW[precision]))
             g, bad = kernels.amp_unscale16(backend, g16.ravel(), inv, dt)
@@ -99,6 +115,15 @@ def _pim_update(model, backend, precision, lr, momentum, wd, lowered,
             g, bad = _np(p.grad).ravel(), False
         grads[name] = g
         found |= bad
+    return grads, found
+
+
+def _pim_update(model, backend, precision, lr, momentum, wd, lowered,
+                scale) -> tuple[bool, bool]:
+    """The AMP update on the PIM (the first step: the momentum buffer starts as the gradient,
+    as torch's). -> (found_inf, every 16-bit weight copy equal to torch's cast)."""
+    dt = DT16[precision]
+    grads, found = _pim_unscale(model, backend, precision, lowered, scale)
     copies_equal = True
     if found:                      # the scaler skips the step
         return True, copies_equal
@@ -108,7 +133,7 @@ def _pim_update(model, backend, precision, lr, momentum, wd, lowered,
                 continue
             w, g = _np(p).ravel(), grads[name]
             v0 = (g + np.float32(wd) * w).astype(np.float32)
-            if name in lowered or name.replace("bn.", "") in lowered:
+            if _is_lowered(name, lowered):
                 new_w, _, w16 = kernels.sgd_amp_update(backend, w, g, v0, lr, momentum=0.0,
                                                        weight_decay=wd, dtype=dt)
                 want = _data(torch.from_numpy(new_w).to(LOW[precision]))[0]
@@ -122,19 +147,60 @@ def _pim_update(model, backend, precision, lr, momentum, wd, lowered,
     return False, copies_equal
 
 
+def _pim_gradsa(model, backend, precision, lr, config, lowered, scale):
+    """GradSA's update under AMP on the PIM: every gradient unscaled (widened) and checked
+    first (_pim_unscale; the scaler skips the step on an inf, folding nothing), then GradSA's
+    step on the fp32 gradients (pimrt.runtime.functional._gradsa_step_pim), a CONV's apply
+    writing the 16-bit copy of its weights; beside it torch's GradSA on the same gradients.
+    -> (found_inf, every 16-bit copy equal to torch's cast, the update check)."""
+    from pimrt.runtime.functional import _gradsa_step_pim, _gradsa_step_torch
+    grads, found = _pim_unscale(model, backend, precision, lowered, scale)
+    for name, p in model.named_parameters():
+        if name in grads:
+            p.grad = torch.from_numpy(grads[name].reshape(p.shape))
+    if found:
+        return True, True, None
+    twin = copy.deepcopy(model)              # the same parameters and gradients, torch's GradSA
+    for name, p in twin.named_parameters():
+        p.grad = torch.from_numpy(grads[name].reshape(p.shape).copy()) if name in grads else None
+    t_state = _gradsa_step_torch(twin, lr, config)
+    copies = {n: DT16[precision] for n in grads if _is_lowered(n, lowered)}
+    p_state, copies_equal = _gradsa_step_pim(model, backend, lr, config, copies)
+    twin_params = dict(twin.named_parameters())
+    return False, copies_equal, {
+        "density": p_state.density(),
+        "params_bit_equal": all(torch.equal(p.detach(), twin_params[n].detach())
+                                for n, p in model.named_parameters()),
+        "max_param_rel_diff": max(_rel(p.detach(), twin_params[n].detach())
+                                  for n, p in model.named_parameters()),
+        "max_residual_rel_diff": max(_rel(ps.v, t_state.store.params[n].v)
+                                     for n, ps in p_state.store.params.items()),
+        "kept_elements": int(sum(len(ix) for ix in p_state.last_kept)),
+        "weight_copies": len(copies)}
+
+
 def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = "golden",
                    precision: str = "amp-bf16", groups: int = 4, lr: float = 0.1,
                    momentum: float = 0.9, wd: float = 5e-4, seed: int = 0,
-                   slices: int = 1) -> dict:
+                   slices: int = 1, update: str = "sgd", density: float = 0.001) -> dict:
     """One AMP training step with the PIM ops on `backend` against torch's AMP step: loss,
     every (unscaled) gradient with the same ReLU decisions, every updated parameter, the
-    scaler's decision and the 16-bit weight copies."""
+    scaler's decision and the 16-bit weight copies. update "gradsa"/"laysa": the update is
+    GradSA's (one rank, momentum correction `momentum`, weight decay `wd`, `density`) on the
+    unscaled gradients on both sides, and the PIM's is also checked bit for bit against
+    GradSA in torch on the PIM step's own gradients (as the fp32 step's)."""
     from pimrt import zoo
     if precision not in LOW:
         raise ConfigError(f"check_step_amp: precision {precision!r} is not an AMP one "
                           f"({', '.join(LOW)})")
     if slices < 1 or batch % slices:
         raise ConfigError(f"slices={slices} does not divide the batch of {batch}")
+    check_options(backend, update, precision)
+    config = None
+    if update != "sgd":
+        from pimrt.gradsa import SparseConfig
+        config = SparseConfig(density=density, momentum=momentum, weight_decay=wd,
+                              warmup_steps=0)      # the steady density the timing uses
     torch.manual_seed(seed)
     ref = zoo.build(model_name, input_size=input_size).train()
     pim_model, masked_model = copy.deepcopy(ref), copy.deepcopy(ref)
@@ -145,7 +211,8 @@ def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = 
     scale, skipped = _first_scale(ref, x, y, precision, seed, lr, momentum, wd)
     t0 = time.perf_counter()
     _same_draws(seed)
-    loss_ref, grads_ref, found_ref = _torch_step(ref, x, y, precision, lr, momentum, wd, scale)
+    loss_ref, grads_ref, found_ref = _torch_step(ref, x, y, precision, lr, momentum, wd, scale,
+                                                 config)
     torch_wall = time.perf_counter() - t0
 
     ops = PimOps(backend, groups, record_masks=True, slices=slices)
@@ -157,8 +224,15 @@ def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = 
     (loss * scale if precision == "amp-fp16" else loss).backward()
     if ops.backend is None:
         raise ConfigError("check_step_amp runs the PIM ops on the golden or rtl backend")
-    found, copies_equal = _pim_update(gm, ops.backend, precision, lr, momentum, wd, lowered,
-                                      scale)
+    update_check = None
+    if config is None:
+        found, copies_equal = _pim_update(gm, ops.backend, precision, lr, momentum, wd, lowered,
+                                          scale)
+    else:
+        found, copies_equal, update_check = _pim_gradsa(gm, ops.backend, precision, lr, config,
+                                                        lowered, scale)
+        if update_check is not None:
+            update_check["update"] = update
     grads = {n: p.grad for n, p in gm.named_parameters() if p.grad is not None}
     wall = time.perf_counter() - t0
 
@@ -230,7 +304,7 @@ def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = 
             "loss_scale": scale if precision == "amp-fp16" else None,
             "steps_skipped_first": skipped,
             "groups_equal": same, "wall_s": wall, "torch_wall_s": torch_wall, "device": "cpu",
-            "update_check": None, "judged_by_float64": {}}
+            "update_check": update_check, "judged_by_float64": {}}
 
 
 
@@ -245,17 +319,20 @@ def check(model_name: str, batch: int, input_size: int, backend: str = "golden",
         return check_step(model_name, batch, input_size, backend, groups, update=update,
                           density=density, slices=slices)
     return check_step_amp(model_name, batch, input_size, backend, precision, groups,
-                          slices=slices)
+                          slices=slices, update=update, density=density)
 
 
 def check_options(backend: str, update: str, precision: str) -> None:
     """What the AMP functional step cannot run, refused before any work."""
     if precision == "fp32" or backend == "none":
         return
-    if update != "sgd":
-        raise ConfigError(f"--functional {backend} with --precision {precision} runs the SGD "
-                          f"update; --update {update} under AMP is timed but not run for real "
-                          f"(give --functional none)")
+    if update not in ("sgd", "gradsa", "laysa"):
+        raise ConfigError(f"unknown update {update!r}; choose one of sgd, gradsa, laysa")
+    if update == "laysa" and precision == "amp-fp16":
+        raise ConfigError(f"--update laysa with --precision {precision}: LaySA applies each "
+                          f"layer's update during backward, before the loss scaler could check "
+                          f"every gradient for inf/NaN; use amp-bf16 (no loss scaling) or "
+                          f"--update sgd/gradsa")
     if backend not in ("golden", "rtl"):
         raise ConfigError(f"--functional {backend} with --precision {precision}: the AMP step "
                           f"runs its PIM ops on the golden or rtl backend (torch's own AMP step "
