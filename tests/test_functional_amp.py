@@ -55,6 +55,17 @@ def test_gradsa_update_under_amp_matches_pimrt_gradsa(precision, update):
     assert r["grads_within_tolerance"] and r["groups_equal"]
 
 
+@pytest.mark.parametrize("update", ["sgd", "gradsa"])
+def test_a_scale_that_overflows_skips_the_step_on_both_sides(update):
+    """At a loss scale whose gradients overflow fp16 the PIM's check finds the inf as torch's
+    scaler does, and neither step changes a parameter (GradSA: nothing folded either)."""
+    r = check_step_amp("resnet_cifar_20", 2, 32, "golden", "amp-fp16", groups=2, update=update,
+                       loss_scale=2.0 ** 40)
+    assert r["found_inf"] is r["found_inf_ref"] is True
+    assert r["max_param_rel_diff"] == 0.0          # both models as they were built
+    assert r["update_check"] is None and r["loss_scale"] == 2.0 ** 40
+
+
 @pytest.mark.parametrize("kw, match", [
     ({"update": "laysa", "precision": "amp-fp16"}, "laysa with --precision amp-fp16: LaySA"),
     ({"update": "powersgd"}, "unknown update 'powersgd'"),

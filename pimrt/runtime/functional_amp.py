@@ -182,13 +182,16 @@ def _pim_gradsa(model, backend, precision, lr, config, lowered, scale):
 def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = "golden",
                    precision: str = "amp-bf16", groups: int = 4, lr: float = 0.1,
                    momentum: float = 0.9, wd: float = 5e-4, seed: int = 0,
-                   slices: int = 1, update: str = "sgd", density: float = 0.001) -> dict:
+                   slices: int = 1, update: str = "sgd", density: float = 0.001,
+                   loss_scale: float | None = None) -> dict:
     """One AMP training step with the PIM ops on `backend` against torch's AMP step: loss,
     every (unscaled) gradient with the same ReLU decisions, every updated parameter, the
     scaler's decision and the 16-bit weight copies. update "gradsa"/"laysa": the update is
     GradSA's (one rank, momentum correction `momentum`, weight decay `wd`, `density`) on the
     unscaled gradients on both sides, and the PIM's is also checked bit for bit against
-    GradSA in torch on the PIM step's own gradients (as the fp32 step's)."""
+    GradSA in torch on the PIM step's own gradients (as the fp32 step's). loss_scale
+    (amp-fp16): the step at that scale instead of the first one torch's scaler accepts (a
+    scale whose gradients overflow makes both steps skip: nothing updated, nothing folded)."""
     from pimrt import zoo
     if precision not in LOW:
         raise ConfigError(f"check_step_amp: precision {precision!r} is not an AMP one "
@@ -208,7 +211,11 @@ def check_step_amp(model_name: str, batch: int, input_size: int, backend: str = 
     lowered = _lowered(ref)
     x = torch.randn(batch, 3, input_size, input_size)
     y = torch.randint(0, getattr(ref, "num_classes", 10), (batch,))
-    scale, skipped = _first_scale(ref, x, y, precision, seed, lr, momentum, wd)
+    if loss_scale is not None and precision != "amp-fp16":
+        raise ConfigError(f"check_step_amp: loss_scale is for amp-fp16 (loss scaling), not "
+                          f"{precision}")
+    scale, skipped = (loss_scale, 0) if loss_scale is not None else \
+        _first_scale(ref, x, y, precision, seed, lr, momentum, wd)
     t0 = time.perf_counter()
     _same_draws(seed)
     loss_ref, grads_ref, found_ref = _torch_step(ref, x, y, precision, lr, momentum, wd, scale,
