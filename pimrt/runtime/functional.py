@@ -441,9 +441,7 @@ def _gradsa_step_pim(model, backend, lr, config, copies=None):
             d[nz] = upd[nz]               # scattered into the buffer the unit cleared to +0
             if name in copies:
                 new_w, w16 = kernels.sgd_apply_amp(backend, _np(p).ravel(), d, lr, copies[name])
-                want = _data(torch.from_numpy(new_w).to(_TORCH16[copies[name]]))[0]
-                copies_equal &= bool(np.array_equal(np.asarray(w16).view(np.uint16),
-                                                    np.asarray(want).view(np.uint16)))
+                copies_equal &= is_cast(w16, new_w, _DTYPES[copies[name]])
             else:
                 new_w = kernels.sgd_apply(backend, _np(p).ravel(), d, lr)
             p.copy_(_t(new_w.reshape(p.shape), p))
@@ -451,7 +449,14 @@ def _gradsa_step_pim(model, backend, lr, config, copies=None):
     return state, copies_equal
 
 
-_TORCH16 = {"f16": torch.float16, "bf16": torch.bfloat16}
+_DTYPES = {lanes: dtype for dtype, lanes in _LANES.items()}     # "f16" -> torch.float16
+
+
+def is_cast(w16, w: np.ndarray, dtype: torch.dtype) -> bool:
+    """Whether a 16-bit weight copy (as values16 gives it) is torch's cast of the fp32 weights
+    w to dtype, bit for bit."""
+    want = _data(torch.from_numpy(w).to(dtype))[0]
+    return bool(np.array_equal(np.asarray(w16).view(np.uint16), np.asarray(want).view(np.uint16)))
 
 
 def check_step(model_name: str, batch: int, input_size: int, backend: str = "golden",

@@ -29,7 +29,7 @@ from torch import nn
 from pimrt.errors import ConfigError
 from pimrt.pim import kernels
 from pimrt.runtime.functional import (NOISE_FACTOR, PimOps, _data, _np, _rel, _same_draws, _t,
-                                      to_pim)
+                                      is_cast, to_pim)
 
 LOW = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
 #: the documented tolerance of an AMP step (docs/precision.md): the loss, and each gradient's
@@ -136,9 +136,7 @@ def _pim_update(model, backend, precision, lr, momentum, wd, lowered,
             if _is_lowered(name, lowered):
                 new_w, _, w16 = kernels.sgd_amp_update(backend, w, g, v0, lr, momentum=0.0,
                                                        weight_decay=wd, dtype=dt)
-                want = _data(torch.from_numpy(new_w).to(LOW[precision]))[0]
-                copies_equal &= bool(np.array_equal(np.asarray(w16).view(np.uint16),
-                                                    np.asarray(want).view(np.uint16)))
+                copies_equal &= is_cast(w16, new_w, LOW[precision])
             else:
                 new_w, _ = kernels.sgd_update(backend, w, g, v0, lr, momentum=0.0,
                                               weight_decay=wd)
