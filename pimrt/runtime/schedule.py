@@ -346,10 +346,11 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
                 task(*args)
                 continue
             _, name, _, _, _, _, deps, numel, tensors = args
-            if exchange == "laysa":
-                deps = deps + [fetched[name]]
-            folded.append((name, numel, tensors,
-                           task("pim", name, "fold", "update", -1, 1, deps, numel, tensors)))
+            fold(name, numel, tensors, deps + [fetched[name]] if exchange == "laysa" else deps)
+
+    def fold(name, numel, tensors, deps):
+        folded.append((name, numel, tensors,
+                       task("pim", name, "fold", "update", -1, 1, deps, numel, tensors)))
 
     scaling = loss_scaling(graph)
     unscaled: list[int] = []
@@ -552,9 +553,7 @@ def build_schedule(graph: LayerGraph, groups: int = 4, pipelined: bool = True,
     for args in checked:              # loss scaling: the updates (folds) after every check
         deps = args[6] + unscaled
         if sparse:                    # (never LaySA: refused with loss scaling above)
-            folded.append((args[1], args[7], args[8],
-                           task("pim", args[1], "fold", "update", -1, 1, deps, args[7],
-                                args[8])))
+            fold(args[1], args[7], args[8], deps)
         else:
             task(*(args[:6] + (deps,) + args[7:]))
     after_dx()

@@ -102,11 +102,9 @@ def pim_kernels(task: Task, ctx) -> list:
         # (the flags, a column a run: "acc", beside the gradient as batch norm's sums are)
         return [(variant("amp_unscale", dt), {"g16": "pgrad16", "g": "pgrad", "acc": "pgrad"})] \
             if copy else [("amp_unscale", {"g": "pgrad", "acc": "pgrad"})]
-    if key == ("update", "update") and copy:
-        return [(variant("sgd", dt), {"w": "param", "g": "pgrad", "v": "momentum",
-                                          "w16": "param16"})]
-    if key == ("update", "apply") and copy:       # GradSA's, LaySA's apply: the copy too
-        return [(variant("sgd_apply", dt), {"w": "param", "d": "update", "w16": "param16"})]
+    if key in (("update", "update"), ("update", "apply")) and copy:   # the 16-bit copy too
+        (base, roles), = KERNELS[key]
+        return [(variant(base, dt), {**roles, "w16": "param16"})]
     base = KERNELS.get(key)
     if base is None:
         return None
