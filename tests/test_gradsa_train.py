@@ -48,9 +48,8 @@ def _free_port():
     (["--checkpoint-every", "-1"], "--checkpoint-every must be >= 0 steps, got -1"),
     (["--value-codec", "int3"], "unknown value codec"),
     (["--manager", "magic"], "unknown memory manager 'magic'"),
-    (["--compressor", "gradsa", "--precision", "amp-fp16"], "--compressor gradsa with --precision "
-                                                             "amp-fp16: its residual"),
-    (["--compressor", "powersgd", "--precision", "amp-fp16"], "use amp-bf16 (no loss scaling)"),
+    (["--manager", "laysa", "--precision", "amp-fp16"], "--manager laysa with --precision amp-fp16: "
+                                                         "LaySA applies each layer's update during backward"),
 ])
 def test_bad_input_fails_before_training(args, match, tmp_path, capsys):
     from pimrt.train.loop import main
@@ -171,7 +170,7 @@ def test_a_bad_checkpoint_is_named_truncated_or_by_the_object_it_holds(tmp_path)
         checkpoint.read(tmp_path / "poison.pt")
 
 
-def _ranks_with_fault(tmp_path, world: int, fault: dict, timeout_s: int, limit_s: int):
+def _ranks_with_fault(tmp_path, world: int, fault: dict, timeout_s: int, limit_s: int, extra=()):
     """Start `world` training ranks by hand (env://) with a testing fault in their environment;
     returns ([(returncode, stderr)], seconds), or fails the test if a rank is still running
     after limit_s."""
@@ -180,7 +179,7 @@ def _ranks_with_fault(tmp_path, world: int, fault: dict, timeout_s: int, limit_s
         env = _env(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), **fault)
         procs.append(subprocess.Popen([PY, "-m", "pimrt.train", "--no-progress", *COMMON, "--batch-size", "16",
-                                       "--epochs", "5", "--timeout", str(timeout_s), "--out", str(tmp_path)],
+                                       "--epochs", "5", "--timeout", str(timeout_s), "--out", str(tmp_path), *extra],
                                       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = []
     for p in procs:
@@ -193,14 +192,19 @@ def _ranks_with_fault(tmp_path, world: int, fault: dict, timeout_s: int, limit_s
     return [(rc, err) for err, rc in outs], time.monotonic() - t0
 
 
-def test_dead_rank_makes_the_others_fail_fast(tmp_path):
-    outs, elapsed = _ranks_with_fault(tmp_path, 3, {"PIMRT_TRAIN_DIE_AT": "2:3"}, 10, 150)
+@pytest.mark.parametrize("precision", ["fp32", "amp-fp16"])
+def test_dead_rank_makes_the_others_fail_fast(tmp_path, precision):
+    """Under amp-fp16 GradSA's hook first agrees on the inf/NaN check (pimrt.gradsa.loss_scale):
+    a peer that died fails that collective just as clearly."""
+    outs, elapsed = _ranks_with_fault(tmp_path, 3, {"PIMRT_TRAIN_DIE_AT": "2:3"}, 10, 150,
+                                      ("--precision", precision))
     assert outs[2][0] == 17
     for rank in (0, 1):
         rc, err = outs[rank]
         assert rc == 3, err
         assert f"rank {rank}: error" in err, err
         assert "peer rank died" in err or "peer rank probably died" in err or "no progress" in err
+        assert "Traceback" not in err and "\nAt:" not in err, err    # no stack, not even torch's
     assert elapsed < 150
 
 
@@ -311,11 +315,11 @@ def test_pimrt_train_takes_a_model_file_and_reports_the_manager_s_memory(tmp_pat
 
 
 def test_mixed_precision_training_resumes_exactly_with_its_loss_scale(tmp_path):
-    """amp-fp16 (autocast + GradScaler): a run killed and resumed gives the same losses and
-    parameters as one that was not, the scaler's state in the checkpoint; amp-bf16 trains GradSA
-    (no loss scaling)."""
-    amp = [a if a != "gradsa" else "dense" for a in COMMON] + ["--compressor", "dense",
-                                                              "--precision", "amp-fp16"]
+    """amp-fp16 (autocast + GradScaler) with GradSA (its hook on the unscaled gradients,
+    pimrt.gradsa.loss_scale): a run killed and resumed gives the same losses and parameters as
+    one that was not, the scaler's state and GradSA's residuals in the checkpoint; amp-bf16
+    trains GradSA (no loss scaling)."""
+    amp = COMMON + ["--precision", "amp-fp16"]
     full, part = tmp_path / "full", tmp_path / "part"
     ck = ["--epochs", "2", "--checkpoint-every", "4"]
     assert _train(*amp, *ck, "--out", str(full)).returncode == 0

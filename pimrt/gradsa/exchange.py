@@ -81,3 +81,14 @@ def allreduce_tensor(tensor: torch.Tensor, group, counter: ByteCounter, step: in
         return tensor
 
     return work.get_future().then(done)
+
+
+def allreduce_now(tensor: torch.Tensor, group, counter: ByteCounter, step: int,
+                  what: str = "all_reduce") -> torch.Tensor:
+    """Sum-all-reduce `tensor` in place and wait for it (a small tensor the caller needs now)."""
+    try:
+        dist.all_reduce(tensor, group=group)
+    except Exception as exc:
+        raise _fail(what, step, exc) from exc
+    counter.allreduce(tensor.numel() * tensor.element_size(), group_size(group))
+    return tensor

@@ -8,6 +8,9 @@
 callback; with several buckets, ranks can then issue collectives in different orders and gloo
 aborts on the size mismatch, so the trainer gives DDP one bucket for it. pimrt's own hooks issue
 every collective from the hook call itself, in bucket order, and need no such care.
+`spec.error_feedback`: the compressor keeps what it did not send from step to step; under
+torch's GradScaler the trainer wraps its hook so that it sees unscaled gradients and a skipped
+step leaves its state as it was (`pimrt.gradsa.loss_scale`).
 `spec.momentum_in_hook` tells the trainer to build its optimizer without momentum and weight
 decay (GradSA and DGC apply both inside the hook, as momentum correction requires).
 """
@@ -97,6 +100,8 @@ class Spec:
     single_bucket: bool = False   # register with one DDP bucket (see PowerSGD below)
     clip_norm: float = 0.0        # default per-layer local clipping (before the N^-1/2 scaling)
     lr_warmup: bool = False       # the trainer warms the learning rate up over --warmup-steps
+    error_feedback: bool = False  # its state carries gradients from step to step: under loss
+                                  # scaling the trainer wraps its hook (pimrt.gradsa.loss_scale)
 
 
 def _gradsa(model, group, o):
@@ -120,16 +125,19 @@ def _simple(hook):
 DGC_RECIPE = {"clip_norm": 1.0, "lr_warmup": True}
 
 COMPRESSORS: dict[str, Spec] = {s.name: s for s in [
-    Spec("gradsa", "layer-wise sparse, momentum-corrected, compactly encoded (pimrt)", _gradsa, True),
+    Spec("gradsa", "layer-wise sparse, momentum-corrected, compactly encoded (pimrt)", _gradsa, True,
+         error_feedback=True),
     Spec("dense", "fp32 all-reduce (reference)", _simple(bl.dense_hook)),
     Spec("fp16", "fp16 all-reduce", _simple(bl.fp16_hook)),
     Spec("int8", "8-bit quantization, per-layer scale", _simple(bl.int8_hook)),
     Spec("terngrad", "TernGrad, 2-bit packed", _simple(bl.terngrad_hook)),
-    Spec("dgc", "DGC as public code sends it: fp32 values + int32 indices", _dgc(32), True, **DGC_RECIPE),
-    Spec("dgc-int64", "DGC with int64 indices (torch.nonzero's dtype)", _dgc(64), True, **DGC_RECIPE),
+    Spec("dgc", "DGC as public code sends it: fp32 values + int32 indices", _dgc(32), True,
+         error_feedback=True, **DGC_RECIPE),
+    Spec("dgc-int64", "DGC with int64 indices (torch.nonzero's dtype)", _dgc(64), True,
+         error_feedback=True, **DGC_RECIPE),
     Spec("powersgd", "torch's PowerSGD hook (low rank, error feedback)",
          lambda m, g, o: (bl.PowerSGDWrapState(g, o.powersgd_rank, o.powersgd_start, o.seed), bl.powersgd_hook),
-         single_bucket=True),
+         single_bucket=True, error_feedback=True),
 ]}
 
 

@@ -93,19 +93,15 @@ def compressor_options(args) -> registry.CompressorOptions:
         powersgd_rank=args.powersgd_rank, seed=args.seed)
 
 
-#: compressors whose state carries gradients from step to step (error feedback)
-LOSS_SCALE_UNSAFE = ("gradsa", "dgc", "dgc-int64", "powersgd")
-
-
 def validate(args) -> None:
     registry.get(args.compressor)
     compressor_options(args).validate()
     managers.get(args.manager)
-    if args.precision == "amp-fp16" and args.compressor in LOSS_SCALE_UNSAFE:
-        raise GradSAError(f"--compressor {args.compressor} with --precision amp-fp16: its residual "
-                          f"(error feedback) holds gradients at the loss scale of the step that left "
-                          f"them, which the scaler changes; use amp-bf16 (no loss scaling) or a "
-                          f"compressor without state ({', '.join(c for c in registry.COMPRESSORS if c not in LOSS_SCALE_UNSAFE)})")
+    if args.precision == "amp-fp16" and args.manager == "laysa":
+        raise GradSAError("--manager laysa with --precision amp-fp16: LaySA applies each layer's "
+                          "update during backward, before the loss scaler has checked every "
+                          "gradient for inf/NaN; use amp-bf16 (no loss scaling) or --manager "
+                          "layrub / none")
     if args.dataset not in data.DATASETS:
         raise GradSAError(f"unknown dataset {args.dataset!r}; valid: {', '.join(data.DATASETS)}")
     for name in ("epochs", "batch_size", "image_size", "channels", "threads"):

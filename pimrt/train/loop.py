@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from pimrt.errors import PimrtError
-from pimrt.gradsa import registry
+from pimrt.gradsa import loss_scale, registry
 from pimrt.gradsa.errors import GradSAError
 from pimrt.memory_meter import MemoryMeter
 from pimrt.train import checkpoint, cli, data, distenv, managers
@@ -123,6 +123,12 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               bucket_cap_mb=max(args.bucket_cap_mb, whole) if spec.single_bucket else args.bucket_cap_mb)
     state, hook = registry.build(args.compressor, model, None, cli.compressor_options(args))
+    low = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(args.precision)
+    # loss scaling (amp-fp16): torch's GradScaler, its state in the checkpoint; a compressor
+    # with error feedback sees the unscaled gradients and keeps its state over a skipped step
+    scaler = torch.amp.GradScaler(device.type) if args.precision == "amp-fp16" else None
+    if scaler is not None and spec.error_feedback:
+        state, hook = loss_scale.wrap(state, hook, scaler)
     # DDP broadcasts rank 0's buffers before every forward pass (accounting.ByteCounter)
     buffers = sum(b.numel() * b.element_size() for b in model.buffers()) \
         if ddp.broadcast_buffers and world > 1 else 0
@@ -159,7 +165,8 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
                         epoch=epoch, step=step, world=world, batch=0 if full else done_in_epoch,
                         epoch_done=full, model_name=args.model,
                         extra={"test_acc": history, "schedule": schedule_of(args, total),
-                               **({"scaler": scaler.state_dict()} if scaler else {})})
+                               **({"scaler": scaler.state_dict(), "steps_skipped": skipped[0]}
+                                  if scaler else {})})
     metrics_path = out / "metrics.csv"
     writer = fh = None
     if rank == 0:
@@ -170,11 +177,10 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
         writer.writerows(kept)
         fh.flush()
 
-    low = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(args.precision)
-    # loss scaling (amp-fp16): torch's GradScaler, its state in the checkpoint
-    scaler = torch.amp.GradScaler(device.type) if args.precision == "amp-fp16" else None
+    skipped = [0]     # steps the scaler skipped (an inf or NaN gradient: its scale went down)
     if scaler is not None and args.resume and info["extra"].get("scaler"):
         scaler.load_state_dict(info["extra"]["scaler"])
+        skipped[0] = int(info["extra"].get("steps_skipped", 0))
 
     def fwd_bwd(x, y):
         with torch.autocast(device.type, dtype=low) if low else contextlib.nullcontext():
@@ -230,8 +236,10 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
                     opt.zero_grad(set_to_none=True)
                     loss, logits = step_fn(x, y)
                     if scaler:
+                        scale = scaler.get_scale()
                         scaler.step(opt)       # unscale, check for inf/NaN, step or skip
                         scaler.update()
+                        skipped[0] += scaler.get_scale() < scale
                     else:
                         opt.step()
                 dt = time.perf_counter() - t0
@@ -293,7 +301,8 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
         "compressor": args.compressor, "model": args.model, "params": n_params, "dataset": args.dataset,
         "image_size": args.image_size, "world_size": world, "epochs": args.epochs, "steps": step,
         "batch_size_per_rank": args.batch_size, "precision": args.precision,
-        "loss_scale": scaler.get_scale() if scaler else None, "density": getattr(getattr(state, "config", None), "density", None),
+        "loss_scale": scaler.get_scale() if scaler else None,
+        "loss_scale_steps_skipped": skipped[0] if scaler else None, "density": getattr(getattr(state, "config", None), "density", None),
         "warmup_steps": args.warmup_steps, "value_codec": args.value_codec,
         "final_test_acc": history[-1] if history else None, "test_acc_per_epoch": history,
         "ratio": c.ratio, "ratio_whole": c.ratio_whole,
@@ -348,6 +357,8 @@ def _run(args, name: str) -> int:
         print(f"done: {summary['steps']} steps, test acc {100 * (summary['final_test_acc'] or 0):.2f}%, "
               f"ratio {summary['ratio']:.1f}x ({summary['ratio_whole']:.1f}x with DDP's buffer "
               f"broadcast), params identical on all ranks: {summary['params_identical']}"
+              + (f", loss scale {summary['loss_scale']:g} ({summary['loss_scale_steps_skipped']} "
+                 f"steps skipped)" if summary["loss_scale"] is not None else "")
               + memory_line(summary["memory"]), flush=True)
     # DDP's reducer and the comm hook's state hold the process group in reference cycles:
     # free them first, so that the group's gloo threads are joined here
