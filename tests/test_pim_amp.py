@@ -3,6 +3,8 @@ kernels bit for bit (every pattern for the unary ones; edges and hypothesis draw
 binary ones), batch norm on 16-bit inputs with fp32 weight within the fp32 kernels'
 tolerance plus one 16-bit rounding, the scaler's unscale and inf/NaN check, the fp32 SGD
 update with its 16-bit copy. RTL == golden: tests/test_pim_amp_rtl.py."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -209,6 +211,36 @@ def test_batchnorm_16bit_statistics_equal_the_fp32_kernels_on_the_widened_input(
     _, m32, i32 = K.batchnorm_forward(g, K.widen(x, dt), ones, zeros)
     np.testing.assert_allclose(m16, m32, rtol=3e-7)
     np.testing.assert_allclose(i16, i32, rtol=3e-6)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_bn_backward_apply_reading_each_column_twice_is_the_same_kernel(dt, data):
+    """At 8 lanes batch norm backward's 16-bit apply reads each column of x and dy twice
+    (ChannelKernel.at, kernels16.CHANNEL16_REREAD): bit for bit the 13-phase body's dx (any
+    16-bit pattern, edges included), in fewer cycles, or the 13-phase body where a channel
+    of an odd few columns would take more cycles in blocks of 2; 16 lanes keep the 13-phase
+    body."""
+    name = f"bn_bwd_apply_ch_{dt}"
+    k = K.CHANNEL_KERNELS[name]
+    assert k.at(16) is k and k.block() == 1 and k.at(8).block() == 2
+    assert [k.at(8, 16 * c).block() for c in (1, 2, 3, 4, 5, 6, 7)] == [1, 2, 1, 2, 1, 2, 2]
+    C, n = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 700))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+    pool = np.concatenate([edges(dt), rng.integers(0, 1 << 16, 4096).astype(np.uint16)])
+    arrays = {s: rng.choice(pool, (C, n)) for s in k.inputs}
+    params = {p: rng.standard_normal(C).astype(np.float32) for p in k.params}
+    g8 = GoldenBackend(rows=256, cols=32, lanes=8)
+    reread = K.run_channels(g8, name, arrays, params)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(K.CHANNEL_KERNELS, name, dataclasses.replace(k, reread=()))
+        plain = K.run_channels(g8, name, arrays, params)
+    assert np.array_equal(reread.outputs["dx"], plain.outputs["dx"])
+    if k.at(8, n).block() == 2:
+        assert reread.cycles < plain.cycles and reread.columns % 2 == 0
+    else:
+        assert reread.cycles == plain.cycles
 
 
 # ---- the AMP update -------------------------------------------------------------------------------

@@ -84,8 +84,8 @@ def _layout(kernel: str, lanes: int, vals: tuple[int, ...]):
         return (k.program().words, K.stream_counts(k, cols),
                 [(idx[s], 0) for _, s in k.pointers()])
     if fam == "channel":
-        k = K.CHANNEL_KERNELS[kernel]
         c, n = vals
+        k = K.CHANNEL_KERNELS[kernel].at(lanes, n)
         pieces, P = K.channel_pieces(k, -(-n // per_col))
         return (k.program().words, K.channel_counts(k, P, c * pieces),
                 [(i, 0) for i in range(len(k.all_streams))])

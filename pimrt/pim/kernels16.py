@@ -74,6 +74,21 @@ CHANNEL16 = {
                         "CVTPK{dt} B[{dx}+], G{i2}, G{j2}"),
 }
 
+# batch norm backward's apply for units whose column is half a DRAM column (8 lanes): each
+# 16-bit column of x and dy read twice, its low values widened straight from the bank and,
+# after one pointer step back over the block, its high ones: 11 phases a column and one a
+# block, which fit the CRF with blocks of 2 (the body above, 13 phases, only with blocks of 1,
+# each access using half a DRAM column). The same values and operations: the same results.
+CHANNEL16_REREAD = {
+    "bn_bwd_apply_ch": ("CVTLO{dt} G{i}, B[{x}+]", "CVTLO{dt} G{i2}, B[{dy}+]",
+                        "block ADDP {x} {dy}, -{b}",
+                        "CVTHI{dt} G{j}, B[{x}+]", "CVTHI{dt} G{j2}, B[{dy}+]",
+                        "SUB G{i}, G{i}, {mean}", "SUB G{j}, G{j}, {mean}",
+                        "MAD G{i}, G{i}, {c1}, {c0}", "MAD G{j}, G{j}, {c1}, {c0}",
+                        "MAD G{i2}, G{i2}, {k}, G{i}", "MAD G{j2}, G{j2}, {k}, G{j}",
+                        "CVTPK{dt} B[{dx}+], G{i2}, G{j2}"),
+}
+
 # ---- pooling: p0..p3 the window, p4 the pooled stream --------------------------------------
 # average: the four values widened and summed in fp32 in row-major order, times 0.25, narrowed
 # once, plus +0 in 16 bits: torch's opmath sum, and its NCHW kernel gives +0 where the result
