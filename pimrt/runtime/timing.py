@@ -273,16 +273,18 @@ def slice_rule(part, slices: int = 4, host_part="v100", groups: int = 4):
     one. The others keep output-channel groups. (Batch 32, 4 slices, 32x32, authority:
     ResNet-18 15.116 -> 14.406 ms, MobileNetV2 22.009 -> 21.794 ms; the measured variants
     in docs/runtime-measurements.md.)"""
-    from pimrt.host import HostWork
+    from pimrt.host import HostWork, load_host_part
     span = part.capacity_bytes // part.org["rows"]
     count = group_rule(part, host_part, groups)
+    hp = load_host_part(host_part)
+    decided: dict[str, bool] = {}      # layer name -> sliced (asked again for every schedule)
 
     def host_seconds(layer, batch: int, ng: int) -> float:
         cout = layer.attrs.get("out_channels", layer.attrs.get("out_features"))
         return sum(HostWork(layer, batch, "forward", (cout * g // ng, cout * (g + 1) // ng),
-                            part=host_part).model_seconds() for g in range(ng))
+                            part=hp).model_seconds() for g in range(ng))
 
-    def sliced(layer) -> bool:
+    def decide(layer) -> bool:
         inputs = sum(int(np.prod(s)) for s in layer.input_shapes) * layer.itemsize
         if (slices - 1) * layer.param_bytes > inputs + layer.bytes \
                 or layer.bytes // slices < span:
@@ -290,18 +292,28 @@ def slice_rule(part, slices: int = 4, host_part="v100", groups: int = 4):
         batch = layer.shape[0]
         return slices * host_seconds(layer, batch // slices, 1) \
             <= (1 + SLICE_SLACK) * host_seconds(layer, batch, count(layer))
+
+    def sliced(layer) -> bool:
+        if layer.name not in decided:
+            decided[layer.name] = decide(layer)
+        return decided[layer.name]
     return sliced
 
 
 def pipelined_schedule(graph: LayerGraph, groups: int, part, host_part, exchange: str = "sgd",
-                       slices: int = 1, defer: dict | None = None) -> Schedule:
+                       slices: int = 1, defer: dict | None = None, rules=None) -> Schedule:
     """The runtime's pipelined step: each CONV in the channel groups group_rule gives it,
     or by batch slices where slice_rule says, and the weight gradients moved as `defer` says
-    (pimrt.runtime.plan)."""
-    return build_schedule(graph, groups, pipelined=True,
-                          group_count=group_rule(part, host_part, groups), defer=defer,
-                          exchange=exchange, slices=slices,
-                          slice_rule=slice_rule(part, slices, host_part, groups))
+    (pimrt.runtime.plan). rules: (group_rule, slice_rule) made once for several schedules
+    of the graph (the plan builds hundreds; pipelined_rules)."""
+    group_count, sliced = rules or pipelined_rules(part, host_part, groups, slices)
+    return build_schedule(graph, groups, pipelined=True, group_count=group_count, defer=defer,
+                          exchange=exchange, slices=slices, slice_rule=sliced)
+
+
+def pipelined_rules(part, host_part, groups: int, slices: int) -> tuple:
+    """(group_rule, slice_rule) of pipelined_schedule."""
+    return group_rule(part, host_part, groups), slice_rule(part, slices, host_part, groups)
 
 
 def require_pim(part) -> None:
@@ -476,8 +488,11 @@ def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange,
           slices, layrub):
     from pimrt.runtime.plan import plan_deferrals
 
+    rules = pipelined_rules(part, host_part, groups, slices)
+
     def build(defer):
-        return pipelined_schedule(graph, groups, part, host_part, exchange.mode, slices, defer)
+        return pipelined_schedule(graph, groups, part, host_part, exchange.mode, slices, defer,
+                                  rules)
     schedule = build({})
     duration = alone_durations(schedule, graph, part, host_part, issue_width, progress,
                                exchange, host_times, layrub)
