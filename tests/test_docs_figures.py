@@ -322,10 +322,9 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
     assert f"(mean {_mean(ab[32]):.3f} against {bound[32]:.3f})" in pr
     assert [m for m, x in zip(models, ab[32]) if x <= 1.05] == ["resnet18", "vgg16"]
     assert "the aim of 5% holds for ResNet-18 and VGG-16 only" in pr
-    assert [m for m, x in zip(models, ab[224]) if x <= 1.05] == ["resnet18", "densenet121",
-                                                                  "mobilenetv2"]
-    assert f"the 5% aim holds for ResNet-18, DenseNet-121 and MobileNetV2 here (MobileNetV2 " \
-           f"{ab[224][4]:.3f})" in pr
+    assert [m for m, x in zip(models, ab[224]) if x <= 1.05] == ["resnet18", "mobilenetv2"]
+    assert f"the 5% aim holds for ResNet-18 and MobileNetV2 here (MobileNetV2 " \
+           f"{ab[224][4]:.3f}; DenseNet-121 {ab[224][3]:.4f})" in pr
     tail = f"step / bound {_span(ab[224])} (mean {_mean(ab[224]):.3f}"
     assert f"{tail}, fp32's {bound[224]:.3f})" in pr and f"{tail}), against fp32's " \
                                                           f"{bound[224]:.3f}" in rt
@@ -703,7 +702,9 @@ def test_laysa_md_wire_time_arithmetic():
 def test_runtime_md_slack_yield_cap_pairs():
     """docs/runtime.md "The authority parameters": the paired steps with the slack rule's
     yielding epoch cap at 4000 and at 2000 cycles (docs/figures/slack-yield-cap.json) say what
-    the page says of them, and the compare files hold the cap-2000 steps."""
+    the page says of them, and the fp32 compare files hold the cap-2000 steps (the AMP pairs
+    were measured before the 8-lane 16-bit batch norm backward program moved the AMP steps,
+    as the page says: within 1% of the AMP files' steps)."""
     rows = _load("slack-yield-cap.json")["rows"]
     words = _words("runtime.md")
     ratio = [r["step_ms_cap2000"] / r["step_ms_cap4000"] - 1 for r in rows]
@@ -717,9 +718,14 @@ def test_runtime_md_slack_yield_cap_pairs():
     files = {("fp32", 32): "compare-32.json", ("fp32", 224): "compare-224.json",
              ("amp-fp16", 32): "compare-amp-fp16-32.json",
              ("amp-fp16", 224): "compare-amp-fp16-224.json"}
+    assert "the AMP pairs before the 8-lane program of the 16-bit batch norm backward" in words
     for r in rows:
         _, by = _compare(files[(r["precision"], r["input"])])
-        assert by[(r["model"], "authority")]["step_ms"] == r["step_ms_cap2000"]
+        now = by[(r["model"], "authority")]["step_ms"]
+        if r["precision"] == "fp32":
+            assert now == r["step_ms_cap2000"]
+        else:
+            assert r["step_ms_cap2000"] * 0.99 <= now <= r["step_ms_cap2000"]
 
 
 def test_runtime_md_busy_pim_cap_pairs():

@@ -23,6 +23,10 @@ other ranks (one all-reduce of a flag); then
   two, so both multiplications are exact: the compressor sees and keeps what it would
   without loss scaling.
 
+The price: the exchange starts once the backward pass has ended instead of overlapping it
+bucket by bucket (the PIM runtime's folds likewise wait for the last unscale under
+amp-fp16).
+
 The state delegates every attribute it does not have (counter, step, density, state_dict) to
 the compressor's state (which has `group`, `counter` and `step`, as GradSAState and
 BaselineState do), so the trainer and its checkpoints see the compressor's.
