@@ -43,7 +43,8 @@ static int layer_index(mc_sim *sim, uint32_t id, uint32_t *out)
 static int apply_param(mc_sim *sim, const mc_record *r, uint64_t index)
 {
     tick v = (tick)r->value;
-    if (r->param != MC_P_EPOCH_CAP && r->param != MC_P_MIN_EPOCH && r->value > INT_MAX)
+    if (r->param != MC_P_EPOCH_CAP && r->param != MC_P_MIN_EPOCH &&
+        r->param != MC_P_HOST_EPOCH_CAP && r->value > INT_MAX)
         return mc_set_error(sim, MC_ERR_TRACE, "record %llu: policy parameter id %u: watermark "
                             "%lu out of range 0..%d", (unsigned long long)index,
                             (unsigned)r->param, (unsigned long)r->value, INT_MAX);
@@ -53,6 +54,7 @@ static int apply_param(mc_sim *sim, const mc_record *r, uint64_t index)
     case MC_P_PIM_HWM: sim->hwm[MC_PIM] = (int)r->value; break;
     case MC_P_EPOCH_CAP: sim->epoch_cap = v > 0 ? v : NEVER; break;
     case MC_P_MIN_EPOCH: sim->min_epoch = v; break;
+    case MC_P_HOST_EPOCH_CAP: sim->host_epoch_cap = v; break;
     case MC_P_LOW_WATERMARK: sim->lwm[MC_HOST] = sim->lwm[MC_PIM] = (int)r->value; break;
     case MC_P_HOST_LWM: sim->lwm[MC_HOST] = (int)r->value; break;
     case MC_P_PIM_LWM: sim->lwm[MC_PIM] = (int)r->value; break;

@@ -232,6 +232,7 @@ struct mc_sim {
     int hwm[MC_NUM_REQ], lwm[MC_NUM_REQ];
     int host_qd;               /* the host's transaction queue depth (host_queue_depth or queue_depth) */
     tick epoch_cap, min_epoch;
+    tick host_epoch_cap;       /* the host's epochs' cap; 0: epoch_cap */
     /* time */
     tick now;
     uint64_t seq;

@@ -43,7 +43,8 @@ enum { MC_HOST = 0, MC_PIM = 1 };
 /* PARAM ids */
 enum {
     MC_P_HIGH_WATERMARK = 1, MC_P_HOST_HWM = 2, MC_P_PIM_HWM = 3, MC_P_EPOCH_CAP = 4,
-    MC_P_MIN_EPOCH = 5, MC_P_LOW_WATERMARK = 6, MC_P_HOST_LWM = 7, MC_P_PIM_LWM = 8
+    MC_P_MIN_EPOCH = 5, MC_P_LOW_WATERMARK = 6, MC_P_HOST_LWM = 7, MC_P_PIM_LWM = 8,
+    MC_P_HOST_EPOCH_CAP = 9
 };
 /* address fields */
 enum { MC_F_ROW = 0, MC_F_RANK, MC_F_BANKGROUP, MC_F_BANK, MC_F_CHANNEL, MC_F_PCH, MC_F_COLUMN,
@@ -102,6 +103,7 @@ typedef struct mc_config {
     int host_hwm, pim_hwm;    /* 0: 3/4 of queue_depth */
     int host_lwm, pim_lwm;    /* 0: 1/4 of queue_depth; -1: none */
     int64_t epoch_cap, min_epoch;
+    int64_t host_epoch_cap;   /* the host's own epochs' cap (0: epoch_cap for both sides) */
     int keep_completions;     /* record (request index, finish cycle) for tests */
     /* energy (DRAMsim3's model, energy.c): the currents of one device in mA, VDD in V, tCK in
      * ns, devices per rank (bus_width / device_width). energy 0: the part gives no currents,

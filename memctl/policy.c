@@ -21,7 +21,8 @@ static int serial_hand_over(const mc_sim *sim, const channel *c, tick t, tick *w
  *  - the owner has nothing queued, or
  *  - the waiting side's queue has reached its high watermark while the owner's has fallen to
  *    its low watermark, or
- *  - the epoch has reached its cap (bounded waiting).
+ *  - the epoch has reached its cap (bounded waiting): epoch_cap, or for the host's epochs
+ *    host_epoch_cap where set (a requestor's own cap).
  * An epoch starts when the mode switch is done; the owner keeps it until it has served at
  * least one request (before any other rule, the cap included: every epoch makes progress)
  * and min_epoch has passed. */
@@ -37,13 +38,14 @@ static int authority_hand_over(const mc_sim *sim, const channel *c, tick t, tick
      * serves one (the channel steps again after every command) */
     if (c->epoch_served == 0) return 0;
     tick age = t - c->epoch_start;
-    if (age >= sim->epoch_cap) return 1; /* bounded waiting */
+    tick cap = o == MC_HOST && sim->host_epoch_cap > 0 ? sim->host_epoch_cap : sim->epoch_cap;
+    if (age >= cap) return 1; /* bounded waiting */
     if (age < sim->min_epoch) {
         *wake = c->epoch_start + sim->min_epoch;
         return 0;
     }
-    if ((qx >= sim->hwm[x] && qo <= sim->lwm[o]) || age >= sim->epoch_cap) return 1;
-    *wake = c->epoch_start + sim->epoch_cap;
+    if ((qx >= sim->hwm[x] && qo <= sim->lwm[o]) || age >= cap) return 1;
+    *wake = c->epoch_start + cap;
     return 0;
 }
 

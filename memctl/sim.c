@@ -64,8 +64,9 @@ static int check_config(mc_sim *sim, const mc_config *k)
     NEED(k->host_hwm >= 0 && k->pim_hwm >= 0, "high watermarks must be >= 0");
     NEED(k->host_lwm >= -1 && k->pim_lwm >= -1, "low watermarks must be >= -1");
     NEED(k->epoch_cap >= 0 && k->epoch_cap <= MC_MAX_CYCLE && k->min_epoch >= 0 &&
-             k->min_epoch <= MC_MAX_CYCLE,
-         "epoch_cap and min_epoch must be in 0..%lld", (long long)MC_MAX_CYCLE);
+             k->min_epoch <= MC_MAX_CYCLE && k->host_epoch_cap >= 0 &&
+             k->host_epoch_cap <= MC_MAX_CYCLE,
+         "epoch_cap, host_epoch_cap and min_epoch must be in 0..%lld", (long long)MC_MAX_CYCLE);
     NEED(!k->refresh || (k->tREFI > 0 && k->tRFC > 0 && k->tRFC < k->tREFI),
          "refresh needs 0 < tRFC < tREFI");
     NEED(k->refresh >= 0 && k->refresh <= 2, "refresh must be 0 (none), 1 (per rank) or 2 "
@@ -223,6 +224,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
     sim->lwm[MC_PIM] = k->pim_lwm != 0 ? k->pim_lwm : k->queue_depth / 4;
     sim->epoch_cap = k->epoch_cap > 0 ? k->epoch_cap : 2000;
     sim->min_epoch = k->min_epoch;
+    sim->host_epoch_cap = k->host_epoch_cap;
     sim->fe_last_req = -1;
     sim->end = -1;
     sim->cursors = sim->policy->barrier_on_switch ? 1 : MC_NUM_REQ;

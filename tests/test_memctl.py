@@ -147,6 +147,43 @@ def test_authority_never_shares_a_channel_and_waits_are_bounded():
     assert 0 < longest <= bound, (longest, bound)
 
 
+def test_the_host_epoch_cap_bounds_the_hosts_epochs_and_epoch_cap_the_pims():
+    """host_epoch_cap (Options, or a PARAM record) caps the host's own epochs; epoch_cap
+    still caps the PIM's: each side's longest epoch from the command log, as above."""
+    part = load_part("hbm2_pim")
+    cap, host_cap = 300, 3000
+    rec = np.concatenate(list(synthetic.host_pim_interleave(20000, part=part, layers=2,
+                                                            pim_fraction=0.5, pim_write_every=4)))
+    switch = part.pim["mode_switch_cycles"]
+    slack = switch + part.timing["tRC"] + part.timing["tRFC"] + 100
+    longest = {}
+    for how in ("options", "param"):
+        if how == "options":
+            ctl, log = simulate(part, rec, "authority", 4, chunk=4096, epoch_cap=cap,
+                                host_epoch_cap=host_cap)
+        else:
+            head = np.zeros(1, rec.dtype)
+            head["op"], head["param"], head["value"] = PARAM, PARAM_IDS["host_epoch_cap"], host_cap
+            ctl, log = simulate(part, np.concatenate([head, rec]), "authority", 4, chunk=4096,
+                                epoch_cap=cap)
+        assert check_command_log(log, part, policy="authority") == []
+        pim, host, last = 0, 0, {}
+        for line in log.splitlines()[1:]:
+            c = line.split(",")
+            if c[8] in ("PIM_ENTER", "PIM_EXIT"):
+                ch, t = int(c[1]), int(c[0])
+                if ch in last:      # an epoch of the side the switch ends
+                    if c[8] == "PIM_EXIT":
+                        pim = max(pim, t - last[ch])
+                    else:
+                        host = max(host, t - last[ch])
+                last[ch] = t
+        longest[how] = (host, pim)
+        assert 0 < pim <= cap + slack, (how, pim)
+        assert cap + slack < host <= host_cap + slack, (how, host)
+    assert longest["options"] == longest["param"]
+
+
 def test_bank_partition_confines_each_side():
     part = load_part("hbm2_pim")
     rec = np.concatenate(list(synthetic.host_pim_interleave(5000, part=part, pim_fraction=0.4)))

@@ -505,6 +505,60 @@ static void short_epoch_cap_progresses(void)
     }
 }
 
+/* the host's own epoch cap: host and PIM both saturating a part with short epochs; a long
+ * host cap (by the config or by a PARAM record, the same run) leaves the host longer epochs,
+ * so fewer of them, and the host's requests done sooner; 0 is epoch_cap for both sides */
+static void host_epoch_cap_lengthens_the_hosts_epochs(void)
+{
+    char err[256];
+    enum { N = 6000 };
+    mc_summary s[3];
+    double host_done[3];
+    for (int v = 0; v < 3; v++) {          /* 0: no host cap, 1: config, 2: PARAM record */
+        mc_config k = hbm2("authority");
+        k.epoch_cap = 120;
+        if (v == 1) k.host_epoch_cap = 4000;
+        mc_sim *sim = mc_new(&k, err, sizeof err);
+        mc_record *r = calloc(N + 1, sizeof *r);
+        r[0] = v == 2 ? (mc_record){0, 0, 4000, MC_PARAM, 0, MC_P_HOST_EPOCH_CAP}
+                      : (mc_record){0, 0, 0, MC_PARAM, 0, MC_P_MIN_EPOCH};   /* as it was */
+        unsigned x = 7;
+        for (int i = 1; i <= N; i++) {
+            x = x * 1103515245u + 12345u;
+            r[i].op = MC_READ;
+            r[i].requestor = i % 2 ? MC_PIM : MC_HOST;
+            r[i].addr = ((uint64_t)(x >> 8) % (1u << 20)) * 64;
+        }
+        int rc = run_all(sim, r, N + 1);
+        mc_get_summary(sim, &s[v]);
+        uint64_t *idx = calloc(N, sizeof *idx), *cyc = calloc(N, sizeof *cyc),
+                 *iss = calloc(N, sizeof *iss);
+        uint64_t n = mc_completions_take(sim, idx, cyc, iss, N);
+        double sum = 0;
+        int hosts = 0;
+        for (uint64_t i = 0; i < n; i++)
+            if (idx[i] <= N && r[idx[i]].requestor == MC_HOST) { sum += (double)cyc[i]; hosts++; }
+        host_done[v] = hosts ? sum / hosts : 0;
+        free(idx);
+        free(cyc);
+        free(iss);
+        CHECK(rc == MC_OK && s[v].requests == N && hosts == N / 2, "host cap %d: rc %d, %llu "
+              "requests, %d host completions: %s", v, rc, (unsigned long long)s[v].requests,
+              hosts, mc_error(sim));
+        free(r);
+        mc_free(sim);
+    }
+    CHECK(s[1].epochs < s[0].epochs && host_done[1] < host_done[0],
+          "host cap 4000: %llu epochs (without: %llu), host requests done at %.0f on average "
+          "(without: %.0f)", (unsigned long long)s[1].epochs, (unsigned long long)s[0].epochs,
+          host_done[1], host_done[0]);
+    CHECK(s[1].cycles == s[2].cycles && s[1].epochs == s[2].epochs &&
+              s[1].mode_switches == s[2].mode_switches,
+          "host cap by config and by PARAM differ: %llu / %llu cycles, %llu / %llu epochs",
+          (unsigned long long)s[1].cycles, (unsigned long long)s[2].cycles,
+          (unsigned long long)s[1].epochs, (unsigned long long)s[2].epochs);
+}
+
 /* a watermark PARAM beyond int: a clear error naming the record, not a negative watermark */
 static void watermark_beyond_int_is_refused(void)
 {
@@ -591,6 +645,7 @@ static void refused_configs(void)
     CASE("timing parameters must be >= 0", (k->tWR = -5));
     CASE("offset_bits", (k->offset_bits = 70));
     CASE("epoch_cap", (k->epoch_cap = -1));
+    CASE("host_epoch_cap", (k->host_epoch_cap = -1));
     CASE("CL + burst + tRTRS", (k->CWL = 2147483647, k->refresh = 0));
     CASE("arbitration must be", (k->arbitration = 7));
 #undef CASE
@@ -942,6 +997,7 @@ int main(void)
     drained_writes_do_not_clog_a_bank();
     round_robin_takes_turns();
     short_epoch_cap_progresses();
+    host_epoch_cap_lengthens_the_hosts_epochs();
     watermark_beyond_int_is_refused();
     long_gap_with_log_is_refused();
     watchdog_reports_livelock();

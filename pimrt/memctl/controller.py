@@ -62,6 +62,7 @@ class Options:
     host_low_watermark: int | None = None
     pim_low_watermark: int | None = None
     epoch_cap: int | None = None
+    host_epoch_cap: int = 0                    # the host's own epochs' cap (0: epoch_cap)
     min_epoch: int = 0
     keep_completions: bool = False
     # records one cursor may read ahead of the other before it waits (back-pressure); None:
@@ -87,7 +88,7 @@ def make_config(part: Part, opts: Options):
     for name, lo, hi in (("issue_width", 1, 2**31 - 1), ("host_high_watermark", 0, 2**31 - 1),
                          ("pim_high_watermark", 0, 2**31 - 1), ("host_low_watermark", 0, 2**31 - 1),
                          ("pim_low_watermark", 0, 2**31 - 1), ("epoch_cap", 0, 2**60),
-                         ("min_epoch", 0, 2**60)):
+                         ("host_epoch_cap", 0, 2**60), ("min_epoch", 0, 2**60)):
         v = getattr(opts, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
             raise ConfigError(f"{name.replace('_', ' ')} {v!r}: expected an integer in "
@@ -139,6 +140,7 @@ def make_config(part: Part, opts: Options):
     cfg.pim_lwm = -1 if opts.pim_low_watermark == 0 else int(opts.pim_low_watermark or 0)
     cfg.epoch_cap = int(opts.epoch_cap or 0)
     cfg.min_epoch = int(opts.min_epoch)
+    cfg.host_epoch_cap = int(opts.host_epoch_cap)
     cfg.keep_completions = 1 if opts.keep_completions else 0
     if part.power is not None:
         cfg.energy = 1

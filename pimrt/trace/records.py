@@ -46,5 +46,6 @@ PARAM_IDS = {
     "low_watermark": 6,        # sets both host_ and pim_low_watermark
     "host_low_watermark": 7,   # the host gives way to a waiting PIM at its high watermark
     "pim_low_watermark": 8,    #   only once its own queue is down to this (and vice versa)
+    "host_epoch_cap": 9,       # longest host epoch while the PIM waits (0: epoch_cap)
 }
 PARAM_NAMES = {v: k for k, v in PARAM_IDS.items()}
