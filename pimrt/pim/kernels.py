@@ -698,8 +698,6 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
         raise PimError(f"unknown channel kernel {name!r}; known: {', '.join(CHANNEL_KERNELS)}")
     params = params or {}
     k = CHANNEL_KERNELS[name]
-    if k.inputs and k.inputs[0] in arrays and np.ndim(arrays[k.inputs[0]]) == 2:
-        k = k.at(backend.lanes, np.shape(arrays[k.inputs[0]])[1])
     missing = [s for s in k.inputs if s not in arrays] + [p for p in k.params if p not in params]
     if missing:
         raise PimError(f"kernel {name}: missing {', '.join(missing)}")
@@ -710,6 +708,7 @@ def run_channels(backend: Backend, name: str, arrays: dict[str, np.ndarray],
         raise PimError(f"kernel {name}: streams must be equal (channels, values) arrays, got "
                        + ", ".join(f"{s}={v}" for s, v in shapes.items()))
     C, n = next(iter(shapes.values()))
+    k = k.at(backend.lanes, n)                       # the program a unit of these lanes runs
     prm = {p: np.asarray(params[p], np.float32).reshape(-1) for p in k.params}
     if any(v.size != C for v in prm.values()):
         raise PimError(f"kernel {name}: want one value per channel ({C}) for "

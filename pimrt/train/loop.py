@@ -165,7 +165,7 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
                         epoch=epoch, step=step, world=world, batch=0 if full else done_in_epoch,
                         epoch_done=full, model_name=args.model,
                         extra={"test_acc": history, "schedule": schedule_of(args, total),
-                               **({"scaler": scaler.state_dict(), "steps_skipped": skipped[0]}
+                               **({"scaler": scaler.state_dict(), "steps_skipped": skipped}
                                   if scaler else {})})
     metrics_path = out / "metrics.csv"
     writer = fh = None
@@ -177,10 +177,10 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
         writer.writerows(kept)
         fh.flush()
 
-    skipped = [0]     # steps the scaler skipped (an inf or NaN gradient: its scale went down)
+    skipped = 0       # steps the scaler skipped (an inf or NaN gradient: its scale went down)
     if scaler is not None and args.resume and info["extra"].get("scaler"):
         scaler.load_state_dict(info["extra"]["scaler"])
-        skipped[0] = int(info["extra"].get("steps_skipped", 0))
+        skipped = int(info["extra"].get("steps_skipped", 0))
 
     def fwd_bwd(x, y):
         with torch.autocast(device.type, dtype=low) if low else contextlib.nullcontext():
@@ -239,7 +239,7 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
                         scale = scaler.get_scale()
                         scaler.step(opt)       # unscale, check for inf/NaN, step or skip
                         scaler.update()
-                        skipped[0] += scaler.get_scale() < scale
+                        skipped += scaler.get_scale() < scale
                     else:
                         opt.step()
                 dt = time.perf_counter() - t0
@@ -302,7 +302,7 @@ def train(args, rank: int, world: int, device, name: str = "pimrt.train") -> dic
         "image_size": args.image_size, "world_size": world, "epochs": args.epochs, "steps": step,
         "batch_size_per_rank": args.batch_size, "precision": args.precision,
         "loss_scale": scaler.get_scale() if scaler else None,
-        "loss_scale_steps_skipped": skipped[0] if scaler else None, "density": getattr(getattr(state, "config", None), "density", None),
+        "loss_scale_steps_skipped": skipped if scaler else None, "density": getattr(getattr(state, "config", None), "density", None),
         "warmup_steps": args.warmup_steps, "value_codec": args.value_codec,
         "final_test_acc": history[-1] if history else None, "test_acc_per_epoch": history,
         "ratio": c.ratio, "ratio_whole": c.ratio_whole,
