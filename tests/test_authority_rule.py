@@ -12,7 +12,8 @@ from pimrt.errors import ConfigError
 from pimrt.graph import capture
 from pimrt.memctl import load_part
 from pimrt.runtime.authority import (BUSY_PIM_CAP_SWITCHES, BUSY_PIM_LOAD,
-                                     CRITICAL_CAP_SWITCHES, SLACK_YIELD_EPOCH_CAP,
+                                     CRITICAL_CAP_SWITCHES, CRITICAL_HOST_EPOCH_CAP,
+                                     SLACK_YIELD_EPOCH_CAP,
                                      critical_parameters,
                                      slack_parameters, switch_cost, yielding_parameters)
 from pimrt.runtime.plan import list_schedule, slack, task_key
@@ -55,15 +56,21 @@ def test_a_critical_host_task_holds_the_channel_one_with_slack_yields():
     part = load_part("v100_hbm2_pim")
     cost = switch_cost(part)
     q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
+    # the host holds the channel: the PIM takes it only once the host's queue is empty, the
+    # host's own epochs run to 4000 cycles
     hold = {"epoch_cap": CRITICAL_CAP_SWITCHES * cost, "host_high_watermark": 1,
-            "min_epoch": 2 * cost}
+            "min_epoch": 2 * cost, "host_low_watermark": 0, "host_epoch_cap": 4000}
+    assert CRITICAL_HOST_EPOCH_CAP == 4000
     give = {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * cost}
     assert critical_parameters(part) == hold and yielding_parameters(part) == give
     assert slack_parameters(part, 0, 10_000) == hold
     assert slack_parameters(part, 499, 10_000) == hold          # under 5% of its duration
-    # the slack rule's yielding epochs are half the per-layer rule's: 2000 cycles
+    # the slack rule's yielding epochs are half the per-layer rule's: 2000 cycles; the host's
+    # low watermark and epoch cap back at memctl's defaults (a quarter of its queue; epoch_cap)
     assert SLACK_YIELD_EPOCH_CAP == 2000
-    assert slack_parameters(part, 500, 10_000) == {**give, "epoch_cap": 2000}
+    assert slack_parameters(part, 500, 10_000) == {**give, "epoch_cap": 2000,
+                                                   "host_low_watermark": q // 4,
+                                                   "host_epoch_cap": 0}
     # a longer mode switch: the PIM's epochs beside a critical task grow with it
     slow = load_part("v100_hbm2_pim", {"pim": {"mode_switch_cycles": 96}})
     assert critical_parameters(slow)["epoch_cap"] == CRITICAL_CAP_SWITCHES * switch_cost(slow)
@@ -80,13 +87,12 @@ def test_beside_a_busy_pim_a_critical_host_task_leaves_it_longer_epochs():
     part = load_part("v100_hbm2_pim")
     cost = switch_cost(part)
     busy = {"epoch_cap": BUSY_PIM_CAP_SWITCHES * cost, "host_high_watermark": 1,
-            "min_epoch": 2 * cost}
+            "min_epoch": 2 * cost, "host_low_watermark": 0, "host_epoch_cap": 4000}
     assert BUSY_PIM_CAP_SWITCHES > CRITICAL_CAP_SWITCHES
     assert slack_parameters(part, 0, 10_000, BUSY_PIM_LOAD) == busy
     assert slack_parameters(part, 0, 10_000, 0.9) == busy
     assert slack_parameters(part, 0, 10_000, BUSY_PIM_LOAD - 0.01) == critical_parameters(part)
-    assert slack_parameters(part, 500, 10_000, 0.9) == {**yielding_parameters(part),
-                                                        "epoch_cap": SLACK_YIELD_EPOCH_CAP}
+    assert slack_parameters(part, 500, 10_000, 0.9) == slack_parameters(part, 500, 10_000)
 
 
 def test_the_pims_load_is_its_tasks_time_over_the_hosts():
@@ -181,13 +187,13 @@ def test_the_default_keeps_the_shorter_of_the_two_steps_it_measured(monkeypatch,
     """The runtime has run the profiled step (per-layer rule) and the slack rule's: it keeps
     the shorter, the other beside it (StepTiming.slack_step when the per-layer rule's was
     kept), and a trace it writes is of the step kept. ResNet-18 at batch 4: the slack rule's
-    step is the shorter (2,203,545 cycles against 2,214,870); with every host task given
+    step is the shorter (2,203,472 cycles against 2,214,870); with every host task given
     slack (the PIM's long epochs everywhere) it is 2,227,493, and the per-layer one is kept."""
     from pimrt.runtime import plan, session
     from pimrt.trace.step import StepTrace
     g = session.captured("resnet18", 4, 32)
     run = time_step(g, "authority")
-    assert run.slack_step is None and run.makespan == 2_203_545 < run.profile.makespan
+    assert run.slack_step is None and run.makespan == 2_203_472 < run.profile.makespan
     assert report_summary(run, None, {})["authority_rule_kept"] == "slack"
     monkeypatch.setattr(plan, "slack", lambda s, d: np.full(len(s.tasks), 10**9, np.int64))
     sink = StepTrace(tmp_path / "kept.npy", {"model": "resnet18", "batch": 4})

@@ -322,8 +322,9 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
     assert f"(mean {_mean(ab[32]):.3f} against {bound[32]:.3f})" in pr
     assert [m for m, x in zip(models, ab[32]) if x <= 1.05] == ["resnet18", "vgg16"]
     assert "the aim of 5% holds for ResNet-18 and VGG-16 only" in pr
-    assert [m for m, x in zip(models, ab[224]) if x <= 1.05] == ["resnet18", "mobilenetv2"]
-    assert f"the 5% aim holds for ResNet-18 and MobileNetV2 here (MobileNetV2 " \
+    assert [m for m, x in zip(models, ab[224]) if x <= 1.05] == ["resnet18", "densenet121",
+                                                                  "mobilenetv2"]
+    assert f"the 5% aim holds for ResNet-18, DenseNet-121 and MobileNetV2 here (MobileNetV2 " \
            f"{ab[224][4]:.3f}; DenseNet-121 {ab[224][3]:.4f})" in pr
     tail = f"step / bound {_span(ab[224])} (mean {_mean(ab[224]):.3f}"
     assert f"{tail}, fp32's {bound[224]:.3f})" in pr and f"{tail}), against fp32's " \
@@ -356,8 +357,10 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
     assert f"(the per-layer rule's step kept on ResNet-18 and VGG-16: {slack[224][0]:.3f} -> " \
            f"{step[224][0]:.3f} ms, {slack[224][1]:.3f} -> {step[224][1]:.3f})" in rt
     assert f"(the slack rule's: {slack[224][0]:.3f} and {slack[224][1]:.3f} ms)" in pr
-    assert [m for m in models if c224[m, "authority"].get("authority_rule_kept") == "layer"] \
-        == ["resnet18", "resnet50", "vgg16", "densenet121"]
+    kept224 = [m for m in models if c224[m, "authority"].get("authority_rule_kept") == "layer"]
+    assert kept224 == ["resnet50", "densenet121"]
+    assert f"(the slack rule's: {c224['resnet50', 'authority']['slack_rule_step_ms']:.3f} and " \
+           f"{c224['densenet121', 'authority']['slack_rule_step_ms']:.3f} ms)" in rt
     mb = a224["mobilenetv2", "authority"]
     for doc in (rt, pr):
         assert f"(MobileNetV2 by only {mb['speedup_vs_gpu_only']:.3f}x over GPU-only" in doc
@@ -411,6 +414,8 @@ def test_runtime_md_holds_the_authority_bench():
            f"above it on ResNet-18)" in words
     assert f"(the small ResNet's serial step is {by['resnet_cifar_20']['serial'] / 1e6:.2f} M cycles)" \
         in words
+    assert f"On ResNet-18 the slack rule is {by['resnet18']['grid_best'] - by['resnet18']['rule']} " \
+           f"cycles below the grid's best" in words
     gains = [r["serial"] / r[k] - 1 for r in res for k in ("fixed", "layer_rule", "rule",
                                                            "slack_oracle")]
     assert f"every rule is within {100 * min(gains):.1f}-{100 * max(gains):.1f}% of serial" \
@@ -428,11 +433,9 @@ def test_runtime_md_sensitivity_prose_is_the_csv():
     f = lambda m, v, k: float(by[m, v][k])                           # noqa: E731
     words = _words("runtime.md")
     low_s = min((float(r["speedup_vs_serial"]), r["variant"], r["model"]) for r in rows)
-    assert low_s[1] == "lanes16" and all(
-        f"{f(m, 'lanes16', 'speedup_vs_serial'):.2f}" == f"{low_s[0]:.2f}"
-        for m in ("resnet18", "resnet50"))
-    assert f"(the smallest margins: {low_s[0]:.2f}x over serial with 16 lanes on ResNet-18 and " \
-           f"ResNet-50" in words
+    assert low_s[1:] == ("lanes16", "resnet18")
+    assert f"(the smallest margins: {low_s[0]:.2f}x over serial with 16 lanes on ResNet-18;" \
+        in words
     low_g = sorted((float(r["speedup_vs_gpu_only"]), r["variant"], r["model"]) for r in rows)
     assert {(v, m) for x, v, m in low_g if f"{x:.2f}" == f"{low_g[0][0]:.2f}"} \
         == {("default", "resnet18"), ("switch_x4", "resnet18")}
@@ -702,9 +705,10 @@ def test_laysa_md_wire_time_arithmetic():
 def test_runtime_md_slack_yield_cap_pairs():
     """docs/runtime.md "The authority parameters": the paired steps with the slack rule's
     yielding epoch cap at 4000 and at 2000 cycles (docs/figures/slack-yield-cap.json) say what
-    the page says of them, and the fp32 compare files hold the cap-2000 steps (the AMP pairs
-    were measured before the 8-lane 16-bit batch norm backward program moved the AMP steps,
-    as the page says: within 1% of the AMP files' steps)."""
+    the page says of them, and the compare files' steps are within 3% of the cap-2000 steps
+    and no longer (the pairs were measured before the host's low watermark and epoch cap beside
+    a critical host task, the AMP ones also before the 8-lane 16-bit batch norm backward
+    program, as the page says)."""
     rows = _load("slack-yield-cap.json")["rows"]
     words = _words("runtime.md")
     ratio = [r["step_ms_cap2000"] / r["step_ms_cap4000"] - 1 for r in rows]
@@ -719,13 +723,11 @@ def test_runtime_md_slack_yield_cap_pairs():
              ("amp-fp16", 32): "compare-amp-fp16-32.json",
              ("amp-fp16", 224): "compare-amp-fp16-224.json"}
     assert "the AMP pairs before the 8-lane program of the 16-bit batch norm backward" in words
+    assert "(every step of the tables is within 3% of its pair's and no longer)" in words
     for r in rows:
         _, by = _compare(files[(r["precision"], r["input"])])
         now = by[(r["model"], "authority")]["step_ms"]
-        if r["precision"] == "fp32":
-            assert now == r["step_ms_cap2000"]
-        else:
-            assert r["step_ms_cap2000"] * 0.99 <= now <= r["step_ms_cap2000"]
+        assert r["step_ms_cap2000"] * 0.97 <= now <= r["step_ms_cap2000"], r
 
 
 def test_runtime_md_busy_pim_cap_pairs():
@@ -752,3 +754,17 @@ def test_runtime_md_busy_pim_cap_pairs():
     assert (better["model"], better["precision"], better["input"]) == ("resnet50", "fp32", 32)
     late = [(r["model"], r["precision"], r["input"]) for r in rows if r.get("out_of_sample")]
     assert late == [("densenet121", "amp-fp16", 224), ("mobilenetv2", "fp32", 224)]
+
+
+def test_runtime_md_host_holding_steps_are_compare_32s():
+    """docs/runtime.md "The host's low watermark and epoch cap beside a critical host task":
+    the steps after the change are docs/figures/compare-32.json's (the ones before it, the
+    file at fd8af46, are history)."""
+    words = _words("runtime.md")
+    _, c32 = _compare("compare-32.json")
+    names = {"resnet18": "ResNet-18", "resnet50": "ResNet-50", "vgg16": "VGG-16",
+             "densenet121": "DenseNet-121", "mobilenetv2": "MobileNetV2"}
+    for m, name in names.items():
+        assert f"{name} " in words and f"-> {c32[m, 'authority']['step_ms']:.3f}" in words, m
+    assert f"(step / bound 1.067 -> {c32['mobilenetv2', 'authority']['step_vs_bound']:.3f})" \
+        in words

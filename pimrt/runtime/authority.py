@@ -23,10 +23,14 @@ task: it list-schedules the step on the tasks' durations alone (the planned sche
 pimrt.runtime.plan.slack) and gives each host CONV/linear task
 - with little slack (under CRITICAL_SLACK of its duration: the step waits for it) the
   channel: the PIM's epochs capped at CRITICAL_CAP_SWITCHES switch costs, the host taking
-  the channel back once one request waits, epochs of at least two switch costs;
+  the channel back once one request waits, epochs of at least two switch costs; the PIM
+  taking the channel only once the host's queue is empty (host low watermark 0), and the
+  host's own epochs capped at CRITICAL_HOST_EPOCH_CAP cycles, not at the PIM's cap;
 - with slack (the step waits for the PIM meanwhile) long PIM epochs, as a memory-bound host
   layer gets from the per-layer rule, but capped at SLACK_YIELD_EPOCH_CAP cycles: half the
-  per-layer rule's cap, so the host's requests wait less behind each PIM epoch.
+  per-layer rule's cap, so the host's requests wait less behind each PIM epoch; the host's
+  low watermark and epoch cap back at memctl's defaults (a quarter of its queue; the
+  PIM's cap).
 Where the PIM's work is close to the host's (BUSY_PIM_LOAD of it or more, in the same
 durations), holding the PIM to short epochs beside a critical host task only moves the wait:
 the PIM becomes the side the step waits for. Its epochs beside a critical host task are then
@@ -47,6 +51,7 @@ CRITICAL_CAP_SWITCHES = 6      # the PIM's epoch cap beside a critical host task
 BUSY_PIM_LOAD = 0.6            # the PIM's work over the host's from which ...
 BUSY_PIM_CAP_SWITCHES = 12     # ... the PIM's epoch cap beside a critical host task is this
 SLACK_YIELD_EPOCH_CAP = 2000   # the PIM's epoch cap beside a host task with slack, cycles
+CRITICAL_HOST_EPOCH_CAP = 4000 # the host's own epoch cap beside a critical host task, cycles
 
 
 def yielding_parameters(part: Part) -> dict[str, int]:
@@ -62,7 +67,8 @@ def critical_parameters(part: Part, pim_load: float = 0.0) -> dict[str, int]:
     request waits, epochs of at least two switch costs."""
     cost = switch_cost(part)
     cap = BUSY_PIM_CAP_SWITCHES if pim_load >= BUSY_PIM_LOAD else CRITICAL_CAP_SWITCHES
-    return {"epoch_cap": cap * cost, "host_high_watermark": 1, "min_epoch": 2 * cost}
+    return {"epoch_cap": cap * cost, "host_high_watermark": 1, "min_epoch": 2 * cost,
+            "host_low_watermark": 0, "host_epoch_cap": CRITICAL_HOST_EPOCH_CAP}
 
 
 def slack_parameters(part: Part, slack: int, duration: int,
@@ -72,7 +78,9 @@ def slack_parameters(part: Part, slack: int, duration: int,
     if slack < CRITICAL_SLACK * duration:
         return critical_parameters(part, pim_load)
     yielding = yielding_parameters(part)
-    return {**yielding, "epoch_cap": max(SLACK_YIELD_EPOCH_CAP, yielding["min_epoch"])}
+    q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
+    return {**yielding, "epoch_cap": max(SLACK_YIELD_EPOCH_CAP, yielding["min_epoch"]),
+            "host_low_watermark": q // 4, "host_epoch_cap": 0}    # memctl's defaults
 
 
 def layer_parameters(part: Part, host_requests: int, host_compute_cycles: int) -> dict[str, int]:
