@@ -14,7 +14,7 @@ from pimrt.memctl import load_part
 from pimrt.runtime.authority import (BUSY_PIM_CAP_SWITCHES, BUSY_PIM_LOAD,
                                      CRITICAL_CAP_SWITCHES, CRITICAL_HOST_EPOCH_CAP,
                                      SLACK_YIELD_EPOCH_CAP,
-                                     critical_parameters,
+                                     critical_parameters, host_queue_depth,
                                      slack_parameters, switch_cost, yielding_parameters)
 from pimrt.runtime.plan import list_schedule, slack, task_key
 from pimrt.runtime.schedule import Schedule, Task
@@ -55,7 +55,7 @@ def test_slack_is_how_much_longer_a_task_may_take(drawn):
 def test_a_critical_host_task_holds_the_channel_one_with_slack_yields():
     part = load_part("v100_hbm2_pim")
     cost = switch_cost(part)
-    q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
+    q = host_queue_depth(part)
     # the host holds the channel: the PIM takes it only once the host's queue is empty, the
     # host's own epochs run to 4000 cycles
     hold = {"epoch_cap": CRITICAL_CAP_SWITCHES * cost, "host_high_watermark": 1,

@@ -54,11 +54,16 @@ SLACK_YIELD_EPOCH_CAP = 2000   # the PIM's epoch cap beside a host task with sla
 CRITICAL_HOST_EPOCH_CAP = 4000 # the host's own epoch cap beside a critical host task, cycles
 
 
+def host_queue_depth(part: Part) -> int:
+    """The host's memctl queue (the part's own queue_depth where it sets no host one)."""
+    return part.controller.get("host_queue_depth") or part.controller["queue_depth"]
+
+
 def yielding_parameters(part: Part) -> dict[str, int]:
     """The host yields: long PIM epochs, the host taking the channel back at half its queue,
     epochs of at least 8 switch costs (few switches)."""
-    q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
-    return {"epoch_cap": 4000, "host_high_watermark": q // 2, "min_epoch": 8 * switch_cost(part)}
+    return {"epoch_cap": 4000, "host_high_watermark": host_queue_depth(part) // 2,
+            "min_epoch": 8 * switch_cost(part)}
 
 
 def critical_parameters(part: Part, pim_load: float = 0.0) -> dict[str, int]:
@@ -78,13 +83,13 @@ def slack_parameters(part: Part, slack: int, duration: int,
     if slack < CRITICAL_SLACK * duration:
         return critical_parameters(part, pim_load)
     yielding = yielding_parameters(part)
-    q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
     return {**yielding, "epoch_cap": max(SLACK_YIELD_EPOCH_CAP, yielding["min_epoch"]),
-            "host_low_watermark": q // 4, "host_epoch_cap": 0}    # memctl's defaults
+            "host_low_watermark": host_queue_depth(part) // 4,     # memctl's defaults
+            "host_epoch_cap": 0}
 
 
 def layer_parameters(part: Part, host_requests: int, host_compute_cycles: int) -> dict[str, int]:
-    q = part.controller.get("host_queue_depth") or part.controller["queue_depth"]
+    q = host_queue_depth(part)
     cost = switch_cost(part)
     chans = part.channel_count
     r = host_requests / max(host_compute_cycles, 1) / chans       # requests / cycle / channel
