@@ -18,6 +18,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from pimrt.errors import ConfigError
+from pimrt.host import stream_cache
 from pimrt.host.algorithm import KernelTime, kernel_time
 from pimrt.host.gemm import (ConvGeom, GemmShape, check_range, conv_geom, gemm_shape,
                              normalise_phase)
@@ -158,14 +159,21 @@ class HostWork:
                                            for r, v in tensors.items())))
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1], self._cache[2]
-        b = self._builder(tensors, request_bytes)
-        blocks, starts, n = [], [], 0
-        for req, offs in b.generate():
-            blocks.append(req)
-            starts.append(offs + n)
-            n += len(req)
-        reqs = np.concatenate(blocks) if blocks else np.zeros(0, REQUEST_DTYPE)
-        rows = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+        kernel = (self.geom, self.phase, self.channel_range, self.accumulate, self.part, key)
+        kept = stream_cache.get(kernel)
+        if kept is not None:
+            reqs, rows = kept[0].view(REQUEST_DTYPE), kept[1]
+        else:
+            b = self._builder(tensors, request_bytes)
+            blocks, starts, n = [], [], 0
+            for req, offs in b.generate():
+                blocks.append(req)
+                starts.append(offs + n)
+                n += len(req)
+            reqs = np.concatenate(blocks) if blocks else np.zeros(0, REQUEST_DTYPE)
+            rows = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+            del blocks, starts
+            stream_cache.put(kernel, reqs, rows)
         self._cache = (key, reqs, rows)
         return reqs, rows
 
