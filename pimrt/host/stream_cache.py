@@ -55,19 +55,24 @@ class StreamCache:
         return self.folder
 
     def get(self, key):
+        got = self._read(key)
+        if got is None:
+            self.misses += 1
+        else:
+            self.files.move_to_end(key)
+            self.hits += 1
+        return got
+
+    def _read(self, key):
+        """The kept arrays, or None (not kept, or its files gone or damaged: dropped)."""
         entry = self.files.get(key)
         if entry is None:
-            self.misses += 1
             return None
         try:
-            got = np.load(entry[0] + ".requests.npy"), np.load(entry[0] + ".rows.npy")
+            return np.load(entry[0] + ".requests.npy"), np.load(entry[0] + ".rows.npy")
         except (OSError, ValueError):
             self._drop(key)
-            self.misses += 1
             return None
-        self.files.move_to_end(key)
-        self.hits += 1
-        return got
 
     def put(self, key, requests: np.ndarray, rows: np.ndarray) -> None:
         size = requests.nbytes + rows.nbytes
@@ -132,8 +137,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError, OSError):
-        return True     # someone else's, or cannot tell: left alone
+    except (OverflowError, OSError):    # someone else's, or cannot tell: left alone
+        pass
     return True
 
 
