@@ -394,6 +394,18 @@ int mc_ring_push(mc_sim *sim, int side, const mc_record *recs, uint64_t n)
     return MC_OK;
 }
 
+int mc_ring_copy(const mc_sim *sim, int side, mc_ring *to)
+{
+    const mc_ring *rg = &sim->rings[side];
+    *to = *rg;
+    if (!rg->rec) return 0;
+    to->rec = ring_alloc(rg->mask + 1);
+    if (!to->rec) return -1;
+    for (uint64_t i = ring_low(sim, side); i < rg->hi; i++) /* the records still held */
+        to->rec[i & rg->mask] = rg->rec[i & rg->mask];
+    return 0;
+}
+
 void mc_held(const mc_sim *sim, uint64_t *held, uint64_t *peak, uint64_t *capacity)
 {
     if (!sim || !held || !peak || !capacity) return;
@@ -428,10 +440,12 @@ static int pass_barrier(mc_sim *sim, cursor *cu, tick t)
     for (int k = 0; k < sim->cursors; k++) {
         cursor *o = &sim->cur[k];
         o->barrier = 0;
-        if (o != cu) { /* past its barrier record */
+        if (o != cu) { /* past its barrier record; one that took its turn at t already acts
+                        * at t + 1 (said so, not left to the event loop: a step resumed at t
+                        * with more records must not give it a second turn) */
             o->pos++;
             o->shared++;
-            o->next = t;
+            o->next = o < cu ? t + 1 : t;
         }
     }
     sim->fe_barrier = 0;

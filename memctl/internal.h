@@ -81,7 +81,9 @@ typedef struct rank_state {
 
 typedef struct req_stats {
     mc_chan_stats s;
-    uint64_t *hist;            /* HIST_BINS latency counts */
+    uint64_t *hist;            /* latency counts: hist_len of the HIST_BINS bins, those
+                                * beyond the longest latency so far not yet allocated */
+    uint32_t hist_len;
     int state;                 /* 0 idle, 1 active, 2 blocked: for cycle accounting */
     tick state_since;
 } req_stats;
@@ -426,6 +428,8 @@ static inline int mc_no_more(const mc_sim *sim, int k) { return sim->split ? sim
 static inline int mc_shared_op(int op) { return op == MC_LAYER || op == MC_PARAM || op == MC_BARRIER; }
 uint64_t mc_feed_room(const mc_sim *sim);
 int mc_ring_push(mc_sim *sim, int side, const mc_record *recs, uint64_t n);
+/* a copy of ring `side`'s buffer (mc_clone): 0, or -1 out of memory */
+int mc_ring_copy(const mc_sim *sim, int side, mc_ring *to);
 int64_t mc_layer_index(const mc_sim *sim, uint32_t layer);
 void mc_release_slot(mc_sim *sim, channel *c, int32_t slot, tick done, tick t);
 

@@ -170,6 +170,11 @@ typedef struct mc_sim mc_sim;
 
 mc_sim *mc_new(const mc_config *cfg, char *err, int errlen);
 void mc_free(mc_sim *sim);
+/* A copy of the whole simulation as it stands (its state, the records it holds, its results so
+ * far), to run on independently: fed the same records as sim from here, each gives the same
+ * cycles. A run that failed or finished is not copied; with the command log on, the copy
+ * starts with the commands sim has not handed out. NULL (err set) out of memory. */
+mc_sim *mc_clone(const mc_sim *sim, char *err, int errlen);
 const char *mc_error(const mc_sim *sim); /* errlen <= 0 or err NULL: mc_new writes no text */
 
 /* Offer records in trace order. The host and the PIM each walk the trace with their own

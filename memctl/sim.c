@@ -155,6 +155,13 @@ static void set_err(char *err, int errlen, const char *msg)
     if (err && errlen > 0) snprintf(err, (size_t)errlen, "%s", msg);
 }
 
+/* request slots per channel: the host's read queue, write buffer and the banks' command
+ * queues; the PIM's two queues */
+static int slot_count(const mc_sim *sim)
+{
+    return 2 * sim->host_qd + 2 * sim->cfg.queue_depth + sim->nbanks * sim->cfg.bank_queue_depth;
+}
+
 mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
 {
     if (!cfg) {
@@ -236,8 +243,7 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
     }
     sim->ch = calloc((size_t)sim->nch, sizeof *sim->ch);
     if (sim->cfg.bank_queue_depth <= 0) sim->cfg.bank_queue_depth = k->queue_depth;
-    /* host: read queue + write buffer + the banks' command queues; PIM: its two queues */
-    int slots = 2 * sim->host_qd + 2 * k->queue_depth + sim->nbanks * sim->cfg.bank_queue_depth;
+    int slots = slot_count(sim);
     int ok = sim->ch != NULL;
     for (int ci = 0; ok && ci < sim->nch; ci++) {
         channel *c = &sim->ch[ci];
@@ -247,10 +253,6 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         c->groups = calloc((size_t)(k->ranks * k->bankgroups), sizeof *c->groups);
         c->ranks = calloc((size_t)k->ranks, sizeof *c->ranks);
         c->slots = calloc((size_t)slots, sizeof *c->slots);
-        for (int r = 0; r < MC_NUM_REQ; r++) {
-            c->rs[r].hist = calloc(HIST_BINS, sizeof(uint64_t));
-            ok = ok && c->rs[r].hist;
-        }
         ok = ok && c->groups && c->ranks && c->slots;
         if (!ok) break;
         for (int s = 0; s < slots; s++) c->slots[s].next = s + 1 < slots ? s + 1 : -1;
@@ -279,6 +281,98 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         return NULL;
     }
     return sim;
+}
+
+/* a copy of n elements of `size` bytes at p (NULL if p is; *ok cleared out of memory) */
+static void *dup(const void *p, size_t n, size_t size, int *ok)
+{
+    if (!p || !n) return NULL;
+    void *q = malloc(n * size);
+    if (!q) *ok = 0;
+    else memcpy(q, p, n * size);
+    return q;
+}
+
+mc_sim *mc_clone(const mc_sim *sim, char *err, int errlen)
+{
+    if (!sim) {
+        set_err(err, errlen, "no simulation (NULL)");
+        return NULL;
+    }
+    if (mc_failed(sim) || sim->finished) {
+        set_err(err, errlen, mc_failed(sim) ? "the run failed: nothing to copy"
+                                            : "the run is over (mc_finish): nothing to copy");
+        return NULL;
+    }
+    mc_sim *c = malloc(sizeof *c);
+    if (!c) {
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    *c = *sim;
+    /* nothing shared with sim: every buffer is copied below (those left NULL are freed by
+     * mc_free if a copy fails half way) */
+    c->ch = NULL;
+    c->log = NULL;
+    c->mode_cycle = NULL;
+    c->mode_channel = NULL;
+    c->mode_enter = NULL;
+    c->comp_index = c->comp_cycle = c->comp_issue = c->comp_arrival = NULL;
+    c->layers = NULL;
+    c->events = NULL;
+    c->pending_events = NULL;
+    c->event_map.keys = c->layer_map.keys = NULL;
+    c->event_map.vals = c->layer_map.vals = NULL;
+    for (int k = 0; k < MC_NUM_REQ; k++) c->rings[k].rec = NULL;
+    int ok = 1;
+    c->ch = dup(sim->ch, (size_t)sim->nch, sizeof *sim->ch, &ok);
+    for (int ci = 0; c->ch && ci < sim->nch; ci++) {
+        channel *to = &c->ch[ci];
+        to->groups = NULL;
+        to->ranks = NULL;
+        to->slots = NULL;
+        for (int r = 0; r < MC_NUM_REQ; r++) to->rs[r].hist = NULL;
+    }
+    for (int ci = 0; ok && ci < sim->nch; ci++) {
+        channel *to = &c->ch[ci];
+        const channel *from = &sim->ch[ci];
+        to->groups = dup(from->groups, (size_t)(sim->cfg.ranks * sim->cfg.bankgroups),
+                         sizeof *from->groups, &ok);
+        to->ranks = dup(from->ranks, (size_t)sim->cfg.ranks, sizeof *from->ranks, &ok);
+        to->slots = dup(from->slots, (size_t)slot_count(sim), sizeof *from->slots, &ok);
+        for (int r = 0; r < MC_NUM_REQ; r++)
+            to->rs[r].hist = dup(from->rs[r].hist, from->rs[r].hist_len, sizeof(uint64_t), &ok);
+    }
+    if (!c->ch) { /* (mc_free walks ch for nch channels) */
+        ok = 0;
+        c->nch = 0;
+    }
+    c->log = dup(sim->log, sim->log_cap, sizeof *sim->log, &ok);
+    c->mode_cycle = dup(sim->mode_cycle, sim->mode_cap, sizeof *sim->mode_cycle, &ok);
+    c->mode_channel = dup(sim->mode_channel, sim->mode_cap, sizeof *sim->mode_channel, &ok);
+    c->mode_enter = dup(sim->mode_enter, sim->mode_cap, sizeof *sim->mode_enter, &ok);
+    c->comp_index = dup(sim->comp_index, sim->comp_cap, sizeof(uint64_t), &ok);
+    c->comp_cycle = dup(sim->comp_cycle, sim->comp_cap, sizeof(uint64_t), &ok);
+    c->comp_issue = dup(sim->comp_issue, sim->comp_cap, sizeof(uint64_t), &ok);
+    c->comp_arrival = dup(sim->comp_arrival, sim->comp_cap, sizeof(uint64_t), &ok);
+    c->layers = dup(sim->layers, sim->layers_cap, sizeof *sim->layers, &ok);
+    c->events = dup(sim->events, sim->events_cap, sizeof *sim->events, &ok);
+    c->pending_events = dup(sim->pending_events, sim->pending_cap, sizeof(uint64_t), &ok);
+    c->event_map.keys = dup(sim->event_map.keys, sim->event_map.cap, sizeof(uint32_t), &ok);
+    c->event_map.vals = dup(sim->event_map.vals, sim->event_map.cap, sizeof(uint64_t), &ok);
+    c->layer_map.keys = dup(sim->layer_map.keys, sim->layer_map.cap, sizeof(uint32_t), &ok);
+    c->layer_map.vals = dup(sim->layer_map.vals, sim->layer_map.cap, sizeof(uint64_t), &ok);
+    for (int k = 0; ok && k < MC_NUM_REQ; k++)
+        if (mc_ring_copy(sim, k, &c->rings[k])) {
+            c->rings[k].rec = NULL;
+            ok = 0;
+        }
+    if (!ok) {
+        set_err(err, errlen, "out of memory");
+        mc_free(c);
+        return NULL;
+    }
+    return c;
 }
 
 void mc_free(mc_sim *sim)

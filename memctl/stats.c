@@ -59,6 +59,24 @@ static uint64_t bin_value(size_t bin)
     return (1ull << lg) + ((uint64_t)sub << (lg - 4));
 }
 
+/* room in st's histogram for bins up to `bin` (the new ones zero): 0, or -1 out of memory
+ * (the run fails) */
+static int grow_hist(mc_sim *sim, req_stats *st, size_t bin)
+{
+    size_t len = st->hist_len ? 2 * (size_t)st->hist_len : 1024;
+    while (len <= bin) len *= 2;
+    if (len > HIST_BINS) len = HIST_BINS;
+    uint64_t *h = realloc(st->hist, len * sizeof *h);
+    if (!h) {
+        mc_set_error(sim, MC_ERR_MEMORY, "out of memory for a latency histogram");
+        return -1;
+    }
+    memset(h + st->hist_len, 0, (len - st->hist_len) * sizeof *h);
+    st->hist = h;
+    st->hist_len = (uint32_t)len;
+    return 0;
+}
+
 void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick issue)
 {
     req_stats *st = &c->rs[r->requestor];
@@ -66,7 +84,9 @@ void mc_record_latency(mc_sim *sim, channel *c, const req *r, tick done, tick is
     if (r->op == MC_READ) st->s.reads++; else st->s.writes++;
     st->s.latency_sum += lat;
     if (lat > st->s.latency_max) st->s.latency_max = lat;
-    st->hist[hist_bin(lat)]++;
+    const size_t bin = hist_bin(lat);
+    if (bin >= st->hist_len && grow_hist(sim, st, bin)) return;
+    st->hist[bin]++;
     if (r->cls == CLS_HIT) st->s.row_hits++;
     else if (r->cls == CLS_MISS) st->s.row_misses++;
     else st->s.row_conflicts++;
@@ -180,7 +200,10 @@ int mc_latency_percentile(const mc_sim *sim, int requestor, int channel, double 
     if (target >= total) target = total - 1;
     uint64_t seen = 0;
     for (size_t bin = 0; bin < HIST_BINS; bin++) {
-        for (int c = lo; c < hi; c++) seen += sim->ch[c].rs[requestor].hist[bin];
+        for (int c = lo; c < hi; c++) {
+            const req_stats *st = &sim->ch[c].rs[requestor];
+            if (bin < st->hist_len) seen += st->hist[bin];
+        }
         if (seen > target) {
             *out = bin_value(bin);
             return MC_OK;

@@ -142,15 +142,16 @@ def _drain(sim, logged: list) -> None:
         pass
 
 
-def _feed_all(sim, rows, chunks: list[int], logged: list) -> int:
-    """Feed rows in chunks of the drawn sizes, then the end; the first error code, or MC_OK."""
+def _feed_all(sim, rows, chunks: list[int], logged: list, end: bool = True) -> int:
+    """Feed rows in chunks of the drawn sizes, then the end (unless `end` is false); the first
+    error code, or MC_OK."""
     consumed = ffi.new("uint64_t *")
     at, i = 0, 0
     while True:
         size = chunks[i % len(chunks)] if chunks else len(rows)
         i += 1
         part = rows[at:at + size]
-        last = at + size >= len(rows)
+        last = at + size >= len(rows) and end
         recs = _records(part)
         done = 0
         for _ in range(100_000):
@@ -167,7 +168,7 @@ def _feed_all(sim, rows, chunks: list[int], logged: list) -> int:
         else:
             raise AssertionError("mc_feed does not take its records")
         at += size
-        if last:
+        if at >= len(rows):
             return lib.MC_OK
 
 
@@ -243,6 +244,15 @@ def test_hostile_calls_of_the_c_api_return_codes(cfg, rows, chunks, data):
         if rc == lib.MC_OK and data.draw(st.booleans()):   # records after the last ones: refused
             again = lib.mc_feed(sim, one, 1, data.draw(st.integers(0, 1)), consumed)
             assert again == lib.MC_ERR_ARG and consumed[0] == 0
+        if data.draw(st.booleans()):                 # a copy of the run as it stands
+            msg = ffi.new("char[]", 600)
+            copy = lib.mc_clone(sim, msg, 600)
+            assert (copy == ffi.NULL) == (rc in ERRORS and rc != lib.MC_ERR_ARG)
+            if copy == ffi.NULL:
+                assert b"failed" in ffi.string(msg)
+            else:
+                assert (_finish(copy, [0]) == lib.MC_OK) == (rc == lib.MC_OK)
+                lib.mc_free(copy)
         if rc == lib.MC_OK:
             rc = _finish(sim, logged)
         event(f"run: {'finished' if rc == lib.MC_OK else 'error ' + str(rc)}")
@@ -398,3 +408,63 @@ def test_mc_run_text_names_no_file_it_cannot_open(tmp_path):
         assert lib.mc_run_text(sim, 1, ffi.NULL, 0, 0, pos) == lib.MC_ERR_ARG
     finally:
         lib.mc_free(sim)
+
+
+def _outcome(sim, rc) -> tuple:
+    """A run's rc, summary, events and completions (mc_finish run when it was fed)."""
+    if rc == lib.MC_OK:
+        rc = _finish(sim, [0])
+    s = ffi.new("mc_summary *")
+    lib.mc_get_summary(sim, s)
+    n = lib.mc_event_count(sim)
+    ids = ffi.new("uint32_t[]", n + 1)
+    lib.mc_event_ids(sim, ids, n + 1)
+    reached, fired = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    events = []
+    for i in range(n):
+        lib.mc_event(sim, ids[i], reached, fired)
+        events.append((ids[i], reached[0], fired[0]))
+    idx, cyc, iss = (ffi.new("uint64_t[]", 64) for _ in range(3))
+    done = []
+    while (m := lib.mc_completions_take(sim, idx, cyc, iss, 64)):
+        done += [(idx[i], cyc[i], iss[i]) for i in range(m)]
+    return (rc, s.cycles, s.drain_cycles, s.requests, s.commands, s.refreshes,
+            s.mode_switches, s.epochs, s.records, events, done)
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(base=st.sampled_from(BASES), rows=st.lists(PLAIN, min_size=1, max_size=60),
+       chunks=st.lists(st.integers(1, 12), max_size=4), data=st.data())
+def test_a_copy_fed_the_rest_gives_the_whole_runs_cycles(base, rows, chunks, data):
+    """mc_clone part way through: the copy, the original and a copy of the copy, each fed the
+    rest of the records (in drawn chunks), end as the run fed whole in one piece."""
+    cfg = ffi.new("mc_config *")
+    ffi.memmove(cfg, base, ffi.sizeof(CONFIG))
+    cut = data.draw(st.integers(0, len(rows)), label="cut")
+    whole = lib.mc_new(cfg, ffi.NULL, 0)
+    try:
+        want = _outcome(whole, _feed_all(whole, rows, [], [0]))
+    finally:
+        lib.mc_free(whole)
+    sim = lib.mc_new(cfg, ffi.NULL, 0)
+    runs = [sim]
+    try:
+        rc = _feed_all(sim, rows[:cut], chunks, [0], end=False) if cut else lib.MC_OK
+        consumed = ffi.new("uint64_t *")
+        event(f"whole run: {'ok' if want[0] == lib.MC_OK else 'error'}")
+        if rc != lib.MC_OK:                       # (failed in the first part)
+            assert want[0] in ERRORS
+            return
+        copy = lib.mc_clone(sim, ffi.NULL, 0)
+        assert copy != ffi.NULL
+        runs.append(copy)
+        runs.append(lib.mc_clone(copy, ffi.NULL, 0))
+        for run in runs:
+            got = _outcome(run, _feed_all(run, rows[cut:], chunks, [0]) if cut < len(rows)
+                           else _feed_all(run, [], [], [0]))
+            assert got == want if want[0] == lib.MC_OK else got[0] == want[0]
+        assert lib.mc_feed(sim, _records(rows[:1]), 1, 1, consumed) in ERRORS   # finished
+    finally:
+        for run in runs:
+            lib.mc_free(run)

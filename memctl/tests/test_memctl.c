@@ -981,6 +981,93 @@ static void compute_overlaps_the_requests_after_it(void)
           (unsigned long long)c2);
 }
 
+/* ---- mc_clone ------------------------------------------------------------------------- */
+
+/* feed records [from, to) (last: the trace ends there), then finish when last */
+static int feed_range(mc_sim *sim, const mc_record *r, uint64_t from, uint64_t to, int last)
+{
+    uint64_t done = from, consumed = 0;
+    int rc = MC_PAUSED;
+    while (rc == MC_PAUSED || (rc == MC_OK && done < to)) {
+        rc = mc_feed(sim, r + done, to - done, last, &consumed);
+        done += consumed;
+    }
+    if (rc != MC_OK || !last) return rc;
+    do rc = mc_finish(sim); while (rc == MC_PAUSED);
+    return rc;
+}
+
+/* a run's results: its summary, then every completion (index, cycle, issue) in order */
+static uint64_t results(mc_sim *sim, uint64_t *out, uint64_t cap)
+{
+    mc_summary s;
+    mc_get_summary(sim, &s);
+    uint64_t head[] = {s.cycles, s.drain_cycles, s.requests, s.commands, s.refreshes,
+                       s.mode_switches, s.epochs, s.records, s.layers};
+    uint64_t n = 0;
+    for (size_t i = 0; i < sizeof head / sizeof head[0] && n < cap; i++) out[n++] = head[i];
+    uint64_t idx[256], cyc[256], iss[256], m;
+    while ((m = mc_completions_take(sim, idx, cyc, iss, 256)) > 0)
+        for (uint64_t i = 0; i < m && n + 3 <= cap; i++) {
+            out[n++] = idx[i];
+            out[n++] = cyc[i];
+            out[n++] = iss[i];
+        }
+    return n;
+}
+
+/* A copy taken part way through a run, fed the rest of the records, gives the cycles of the
+ * whole run in one piece; the original, fed the same, too (nothing is shared between them,
+ * and the records' chunks do not matter); a copy of a copy as well; a finished run is not
+ * copied. */
+static void clone_runs_on_alone(void)
+{
+    const char *policies[] = {"serial", "authority", "bank_partition"};
+    const uint64_t n = 6000, cap = 3 * 6000 + 16;
+    mc_record *r = make_trace((int)n, 1, 11);
+    uint64_t *want = malloc(cap * sizeof *want), *got = malloc(cap * sizeof *got);
+    char err[256];
+    for (int p = 0; p < 3; p++) {
+        mc_config k = hbm2(policies[p]);
+        mc_sim *whole = mc_new(&k, err, sizeof err);
+        int rc = feed_range(whole, r, 0, n, 1);
+        CHECK(rc == MC_OK, "clone %s: whole run rc %d: %s", policies[p], rc, mc_error(whole));
+        uint64_t nw = results(whole, want, cap);
+        mc_free(whole);
+        /* (1, 1002, 3004: just after a BARRIER, where a cursor another cursor let through
+         * took a second turn in its cycle when the records ran out there) */
+        const uint64_t cuts[] = {1, 1002, 2000, 3004, 4500, n - 2};
+        for (size_t ci = 0; ci < sizeof cuts / sizeof cuts[0]; ci++) {
+            const uint64_t cut = cuts[ci];
+            mc_sim *sim = mc_new(&k, err, sizeof err);
+            rc = feed_range(sim, r, 0, cut, 0);
+            mc_sim *copy = rc == MC_OK ? mc_clone(sim, err, sizeof err) : NULL;
+            CHECK(copy != NULL, "clone %s at %llu: %s", policies[p], (unsigned long long)cut, err);
+            mc_sim *copy2 = copy ? mc_clone(copy, err, sizeof err) : NULL;
+            mc_sim *runs[] = {copy, sim, copy2};
+            for (int i = 0; i < 3; i++) {
+                if (!runs[i]) continue;
+                rc = feed_range(runs[i], r, cut, n, 1);
+                uint64_t ng = results(runs[i], got, cap);
+                CHECK(rc == MC_OK && ng == nw && memcmp(got, want, nw * sizeof *got) == 0,
+                      "clone %s at %llu: run %d (0 copy, 1 original, 2 copy of copy) differs "
+                      "from the whole run (rc %d, %llu vs %llu results)", policies[p],
+                      (unsigned long long)cut, i, rc, (unsigned long long)ng,
+                      (unsigned long long)nw);
+            }
+            CHECK(mc_clone(sim, err, sizeof err) == NULL && strstr(err, "over"),
+                  "clone %s: a finished run copied (%s)", policies[p], err);
+            mc_free(copy2);
+            mc_free(copy);
+            mc_free(sim);
+        }
+    }
+    CHECK(mc_clone(NULL, err, sizeof err) == NULL, "clone of NULL");
+    free(want);
+    free(got);
+    free(r);
+}
+
 int main(void)
 {
     const char *policies[] = {"serial", "authority", "bank_partition"};
@@ -1010,6 +1097,7 @@ int main(void)
     idle_gap_both_ways();
     compute_overlaps_the_requests_after_it();
     kept_write_neither_hangs_nor_hides_a_dead_wait();
+    clone_runs_on_alone();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

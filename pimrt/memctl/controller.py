@@ -270,6 +270,25 @@ class Controller:
         self.mode_log: list[np.ndarray] = []
         self.finished = False
 
+    def clone(self) -> "Controller":
+        """A copy of this run as it stands (mc_clone: its state, the records it holds, its
+        results so far), to feed on independently: fed the same records from here on, both
+        give the same cycles. Not with a command log (one file), nor of a finished run."""
+        if self.cmdlog is not None:
+            raise SimulationError("clone(): a run writing a command log is not copied")
+        if self.finished:
+            raise SimulationError("clone() after finish(): the run is over")
+        err = ffi.new("char[512]")
+        sim = lib.mc_clone(self._sim, err, 512)
+        if sim == ffi.NULL:
+            raise SimulationError(f"clone(): {ffi.string(err).decode()}")
+        copy = object.__new__(Controller)
+        copy.__dict__.update(self.__dict__)
+        copy._sim = ffi.gc(sim, lib.mc_free)
+        copy.completions = list(self.completions)
+        copy.mode_log = list(self.mode_log)
+        return copy
+
     def _check(self, rc: int, where: str) -> None:
         if rc in (lib.MC_OK, lib.MC_PAUSED):
             return
