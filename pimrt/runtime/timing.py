@@ -355,7 +355,7 @@ def with_host_buffering(part, host_part):
 
 def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
                     issue_width: int | None = None, progress=None, exchange=None,
-                    host_times=None, layrub: bool = False) -> dict:
+                    host_times=None, layrub: bool = False, prefix=None) -> dict:
     """Every task's duration when its side has the memory to itself: the schedule's host
     tasks, in order, through one controller and its PIM tasks through another, each keeping
     its dependencies on its own side (the other side's have ended by then). No mode switch
@@ -363,7 +363,8 @@ def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
     from its first task on. A task's duration is its own share of its side's span
     (marginal). task_key -> cycles. exchange: the ExchangeConfig of a GradSA schedule
     (default: the SGD update). layrub: Layrub's DMA is the host's, issued where the step
-    issues it (after the host task at or before the one it follows)."""
+    issues it (after the host task at or before the one it follows). prefix: the plan's
+    Prefixes (pimrt.runtime.prefix), kept from and used by its timings."""
     from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.runtime.plan import task_key
     exchange = exchange or ExchangeConfig()
@@ -380,7 +381,8 @@ def alone_durations(schedule: Schedule, graph: LayerGraph, part, host_part,
         transfers = host_dma(schedule, dma) if side == "host" and dma else None
         alone = time_schedule(dataclasses.replace(schedule, tasks=tasks, pipelined=False),
                               graph, part, host_part, "serial", issue_width, progress,
-                              exchange=exchange, host_times=host_times, transfers=transfers)
+                              exchange=exchange, host_times=host_times, transfers=transfers,
+                              prefix=(prefix, side) if prefix else None)
         out.update(zip((task_key(t) for t in tasks), marginal(alone.start, alone.end)))
     return out
 
@@ -435,6 +437,7 @@ def _kept_per_graph(fn):
         given = dict(bound.arguments)
         schedule, graph, part = given.pop("schedule"), given.pop("graph"), given.pop("part")
         given.pop("progress", None)
+        given.pop("prefix", None)
         key = (repr(schedule.tasks), schedule.groups,
                part if isinstance(part, str) else _part_key(part),
                repr(sorted((k, v.as_dict() if hasattr(v, "as_dict") else v)
@@ -487,6 +490,7 @@ def _part_key(part) -> tuple:
 def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange, host_times,
           slices, layrub):
     from pimrt.runtime.plan import plan_deferrals
+    from pimrt.runtime.prefix import Prefixes
 
     rules = pipelined_rules(part, host_part, groups, slices)
 
@@ -494,16 +498,18 @@ def _plan(graph, groups, part, host_part, issue_width, progress, plan, exchange,
         return pipelined_schedule(graph, groups, part, host_part, exchange.mode, slices, defer,
                                   rules)
     schedule = build({})
+    prefix = Prefixes() if plan else None
     duration = alone_durations(schedule, graph, part, host_part, issue_width, progress,
-                               exchange, host_times, layrub)
+                               exchange, host_times, layrub, prefix)
     defer = plan_deferrals(build, duration) if plan else {}
     if not defer:
         return schedule, duration, defer
     # the moved weight gradients change what runs next to what: the durations of the
-    # schedule as it will run (for the slack rule and the bounds)
+    # schedule as it will run (for the slack rule and the bounds), the streams' shared
+    # prefix not simulated again
     schedule = build(defer)
     return schedule, alone_durations(schedule, graph, part, host_part, issue_width, progress,
-                                     exchange, host_times, layrub), defer
+                                     exchange, host_times, layrub, prefix), defer
 
 
 def time_step(graph: LayerGraph, policy: str = "authority", groups: int = DEFAULT_GROUPS,
@@ -631,13 +637,15 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
                   options: dict | None = None, rule: bool = False, layrub: bool = False,
                   exchange=None, placement=None, host_times=None,
                   slack: dict | None = None, transfers: dict | None = None,
-                  sink=None) -> StepTiming:
+                  sink=None, prefix=None) -> StepTiming:
     """Run the tasks of `schedule` through memctl under `policy` on the part (a Part, as
     step_part gives it); a schedule with pipelined=False gets a barrier whenever the side
     changes. rule: the authority parameters per host CONV/linear (pimrt.runtime.authority);
     slack: {task id: (slack, duration, the PIM's load)} for the slack rule instead of the per-layer
     one. transfers: Layrub's DMA by task id (layrub_transfers) when the caller placed them
-    itself. sink: an object that sees the stream as it is fed (pimrt.trace.step.StepTrace)."""
+    itself. sink: an object that sees the stream as it is fed (pimrt.trace.step.StepTrace).
+    prefix: (Prefixes, side) for a side's tasks alone in a plan (pimrt.runtime.prefix): the
+    part of the stream an earlier timing of the plan shared is not simulated again."""
     from pimrt.runtime.exchange import ExchangeConfig
     exchange = exchange or ExchangeConfig()
     issue_width = issue_width or peak_issue_width(part)
@@ -652,6 +660,10 @@ def time_schedule(schedule: Schedule, graph: LayerGraph, part, host_part="v100",
         transfers = layrub_transfers(schedule, ctx)
     if ctl.by_side and schedule.pipelined and not sink:  # (no BARRIERs; a sink writes one)
         total = run_by_side(ctl, TaskPieces(schedule, ctx, rule, transfers, slack), progress)
+    elif prefix is not None and not (sink or rule or slack or transfers):
+        store, side = prefix
+        ctl, total = store.run(side, ctl, schedule.tasks,
+                               TaskPieces(schedule, ctx, rule, transfers, slack), progress)
     else:
         stream = task_stream(schedule, ctx, rule, transfers, slack)
         total = _run(ctl, sink.record(stream, schedule, ctl) if sink else stream, progress)
