@@ -34,7 +34,7 @@ PHASES = [
     ("pimrt.runtime.work", "task_records", "streams"),
     ("pimrt.runtime.timing", "task_stream", "streams"),     # a generator: each step charged
     ("pimrt.runtime.sides", "side_stream", "streams"),      # (fed by side: one a side)
-    ("pimrt.runtime.prefix", "_stream", "streams"),         # (the plan's timings alone)
+    ("pimrt.runtime.timing", "TaskPieces.stream", "streams"),  # (the plan's timings alone)
     ("pimrt.memctl.controller", "Controller.feed", "memctl"),
     ("pimrt.memctl.controller", "Controller.feed_side", "memctl"),
     ("pimrt.memctl.controller", "Controller.finish", "memctl"),

@@ -61,7 +61,7 @@ class Prefixes:
                 progress(total)
         self.reused[side] = start
         for a, b in _segments(start, marks, len(tasks)):
-            for recs in chunks(_stream(tasks[a:b], pieces)):
+            for recs in chunks(pieces.stream(tasks[a:b])):
                 ctl.feed(recs)
                 total += len(recs)
                 if progress:
@@ -72,13 +72,6 @@ class Prefixes:
             self._kept[side] = kept
         ctl.finish()
         return ctl, total
-
-
-def _stream(tasks, pieces):
-    for t in tasks:
-        yield pieces.opening(t)
-        yield from pieces.work(t)
-        yield pieces.closing(t)
 
 
 def _segments(start: int, marks: list[int], n: int) -> list[tuple[int, int]]:

@@ -191,6 +191,14 @@ class TaskPieces:
             end.append(_dma(self.transfers[t.id]))
         return np.concatenate(end)
 
+    def stream(self, tasks):
+        """Yield record arrays: for each of these tasks (the schedule's, in order) its
+        opening, its work (in blocks) and its closing."""
+        for t in tasks:
+            yield self.opening(t)
+            yield from self.work(t)
+            yield self.closing(t)
+
 
 def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | None = None,
                 slack: dict | None = None):
@@ -198,11 +206,7 @@ def task_stream(schedule: Schedule, ctx, rule: bool = False, transfers: dict | N
     (TaskPieces). With rule, each host CONV/linear task first sets the authority parameters
     for its traits, or, with slack ((slack, duration, the PIM's load) per task id: the slack
     rule), for whether the step waits for it."""
-    pieces = TaskPieces(schedule, ctx, rule, transfers, slack)
-    for t in schedule.tasks:
-        yield pieces.opening(t)
-        yield from pieces.work(t)
-        yield pieces.closing(t)
+    yield from TaskPieces(schedule, ctx, rule, transfers, slack).stream(schedule.tasks)
 
 
 def group_rule(part, host_part, groups: int = 4):
