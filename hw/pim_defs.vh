@@ -42,7 +42,9 @@
 `define OP_CVTPK  5'd21
 `define OP_FMA    5'd22
 
-// Data dtypes (bits [1:0] of a data op; [2] reserved): 16-bit elements two per lane word.
+// Data dtypes (bits [2:0] of a data op; 3 reserved): 16-bit elements two per lane word. With
+// bit 2 set, a widening form: the binary32 op on operand a's 16-bit element widened (bit 1:
+// 0 binary16, 1 bfloat16; bit 0: 0 low half, 1 high half; pim_lane_op.vh).
 `define DT_F32   2'd0
 `define DT_F16   2'd1
 `define DT_BF16  2'd2

@@ -7,7 +7,7 @@ module pim_lane_array #(
     parameter LANES = 8
 ) (
     input  [3:0]          op,
-    input  [1:0]          dtype,   // DT_*: binary32, or two 16-bit elements a lane
+    input  [2:0]          dtype,   // DT_*: binary32, two 16-bit elements a lane, widening
     input  [32*LANES-1:0] a,
     input  [32*LANES-1:0] b,
     input  [32*LANES-1:0] c,

@@ -1,7 +1,8 @@
 // pim_unit.v: one PIM unit after HBM-PIM: a sequencer over a command register file (CRF),
 // general registers (GRF), host-loaded scalar registers (SRF), accumulators (ACC), bank
 // pointers (PTR) and loop counts (CNT), and a LANES-wide SIMD datapath: binary32 lanes, or
-// two binary16 or bfloat16 elements a lane (a data op's dtype, bits [1:0]).
+// two binary16 or bfloat16 elements a lane (a data op's dtype, bits [2:0]; with bit 2 set,
+// binary32 with operand a a 16-bit element widened).
 // One instruction per clock while busy. An instruction reads at most one bank column: its
 // address (b_raddr) is decoded combinationally from the current instruction and the data
 // (b_rdata) is used on the clock; a bank write leaves on the registered write port
@@ -70,10 +71,11 @@ module pim_unit #(
     wire [5:0]  fd = ins[26:21], fa = ins[20:15], fb = ins[14:9], fc = ins[8:3];
     wire        is_data = i_data;
     wire        use_b = is_data && i_useb;
-    // a data op's dtype: [2] reserved, 3 reserved, and a conversion needs a 16-bit dtype
-    wire [1:0]  dt = ins[1:0];
-    wire        bad_dt = ins[2] || dt == 2'd3
-                         || (op >= `OP_CVTLO && op <= `OP_CVTPK && dt == `DT_F32);
+    // a data op's dtype: 3 reserved, and a conversion needs a plain 16-bit dtype (not
+    // binary32, not a widening form)
+    wire [2:0]  dt = ins[2:0];
+    wire        bad_dt = dt == 3'd3
+                         || (op >= `OP_CVTLO && op <= `OP_CVTPK && (dt == 3'd0 || dt[2]));
     wire        use_c = op == `OP_MAD || op == `OP_SEL || op == `OP_FMA;
     wire        ba = is_data && fa[5:4] == `K_BANK;
     wire        bb = use_b && fb[5:4] == `K_BANK;
@@ -209,7 +211,8 @@ module pim_unit #(
                         `K_BANK: vc = b_rdata[32*g +: 32];
                         default: vc = acc[fc[1:0]];
                     endcase
-                    vy = lane_op(lop, dt, va, vb, vc);
+                    if (dt[2]) va = widen_a(dt[1:0], va);     // a widening form
+                    vy = lane_op(lop, lane_dt(dt), va, vb, vc);
                     case (fd[5:4])
                         `K_GRF:  grf[fd[3:0]] <= vy;
                         `K_ACC:  acc[fd[1:0]] <= vy;

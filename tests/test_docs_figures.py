@@ -170,7 +170,8 @@ def test_pim_md_holds_the_batch_driver_speed_table():
     cpu = {(r["kernel"], r["lanes"]): r["driver_elements_per_cpu_s"] / 1e6
            for r in results["results"]}
     # "the kernels of several adds or MADs a column ... stay under 20 M elements per
-    # CPU-second at either lane count; the data-movement kernels ... pass it"
+    # CPU-second at either lane count; the data-movement kernels ... are faster than every
+    # one of them at the same lane count, most of them past 20 M"
     several = ["sgd", "gradsa_fold", "gradsa_select", "bn_stats_ch", "bn_apply_ch",
                "bn_bwd_stats_ch", "bn_bwd_apply_ch", "avgpool2_fwd"]
     several += [f"{k}_{d}" for k in several if k.startswith(("bn_", "avgpool")) for d in ("f16", "bf16")]
@@ -179,7 +180,8 @@ def test_pim_md_holds_the_batch_driver_speed_table():
                                   "residual_add", "avgpool2_bwd") for d in ("", "_f16", "_bf16")]
     for n in (8, 16):
         assert all(cpu[k, n] < 20 for k in several), n
-        assert all(cpu[k, n] >= 20 for k in moving), n
+        assert min(cpu[k, n] for k in moving) > max(cpu[k, n] for k in several), n
+        assert sum(cpu[k, n] >= 20 for k in moving) > len(moving) / 2, n
     # "16 lanes ... so the arithmetic kernels gain little from them"
     assert all(cpu[k, 16] < 1.25 * cpu[k, 8] for k in several)
 
@@ -320,12 +322,12 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
     ab = {size: [a[m, "authority"]["step_vs_bound"] for m in models]
           for a, size in ((a32, 32), (a224, 224))}
     assert f"(mean {_mean(ab[32]):.3f} against {bound[32]:.3f})" in pr
-    assert [m for m, x in zip(models, ab[32]) if x <= 1.05] == ["resnet18", "vgg16"]
-    assert "the aim of 5% holds for ResNet-18 and VGG-16 only" in pr
-    assert [m for m, x in zip(models, ab[224]) if x <= 1.05] == ["resnet18", "densenet121",
-                                                                  "mobilenetv2"]
-    assert f"the 5% aim holds for ResNet-18, DenseNet-121 and MobileNetV2 here (MobileNetV2 " \
-           f"{ab[224][4]:.3f}; DenseNet-121 {ab[224][3]:.4f})" in pr
+    assert [m for m, x in zip(models, ab[32]) if x <= 1.05] == ["resnet18", "vgg16",
+                                                                 "densenet121"]
+    assert f"the aim of 5% holds for ResNet-18, VGG-16 and DenseNet-121 ({ab[32][3]:.3f}), not " \
+           f"for ResNet-50 ({ab[32][1]:.3f}) and MobileNetV2 ({ab[32][4]:.3f})" in pr
+    assert [m for m, x in zip(models, ab[224]) if x <= 1.05] == ["resnet18"]
+    assert "the 5% aim holds for ResNet-18 only here" in pr
     tail = f"step / bound {_span(ab[224])} (mean {_mean(ab[224]):.3f}"
     assert f"{tail}, fp32's {bound[224]:.3f})" in pr and f"{tail}), against fp32's " \
                                                           f"{bound[224]:.3f}" in rt
@@ -348,8 +350,9 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
     assert f"the PIM's tasks alone take {_span(load['amp'], '.2f')} of the host's tasks' time " \
            f"alone, against {_span(load['fp32'], '.2f')} in fp32" in pr
     assert [m for m, x in zip(models, load["amp"]) if x >= BUSY_PIM_LOAD] \
-        == ["resnet50", "densenet121", "mobilenetv2"]
-    assert "Where the PIM's load passes 0.6 (ResNet-50, DenseNet-121 and MobileNetV2 here)" in pr
+        == ["densenet121", "mobilenetv2"]
+    assert f"Where the PIM's load passes 0.6 (DenseNet-121 and MobileNetV2 here; ResNet-50's is " \
+           f"{load['amp'][1]:.3f})" in pr
     slack = {size: [a[m, "authority"]["slack_rule_step_ms"] for m in kept[size]]
              for a, size in ((a32, 32), (a224, 224))}
     step = {size: [a[m, "authority"]["step_ms"] for m in kept[size]]
@@ -362,10 +365,9 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
     assert f"(the slack rule's: {c224['resnet50', 'authority']['slack_rule_step_ms']:.3f} and " \
            f"{c224['densenet121', 'authority']['slack_rule_step_ms']:.3f} ms)" in rt
     mb = a224["mobilenetv2", "authority"]
+    assert mb["serial_step_ms"] < mb["gpu_only_step_ms"]
+    assert f"is now faster ({mb['serial_step_ms']:.3f} ms)" in pr
     for doc in (rt, pr):
-        assert f"(MobileNetV2 by only {mb['speedup_vs_gpu_only']:.3f}x over GPU-only" in doc
-        assert f"serial host+PIM, {mb['serial_step_ms']:.3f} ms, is slower than GPU-only, " \
-               f"{mb['gpu_only_step_ms']:.3f} ms)" in doc
         assert f"{_mean(a224[m, 'authority']['speedup_vs_gpu_only'] for m in models):.3f}x and " \
                f"{_mean(a224[m, 'authority']['speedup_vs_serial'] for m in models):.3f}x on " \
                f"average" in doc
@@ -383,8 +385,6 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
     x = [cpe(f"{k}_{d}", n) / cpe(k, n) for k in ("bn_stats_ch", "bn_apply_ch",
                                                    "bn_bwd_stats_ch", "bn_bwd_apply_ch")
          for d in ("f16", "bf16") for n in (8, 16)]
-    for doc in (rt, pr):
-        assert f"16-bit batch norm costs {_span(x, '.1f')}x" in doc
     assert f"batch norm costs {_span(x, '.1f')}x the fp32 kernel's cycles per element" in pr
     # the default system, as the runs report it
     sysm = c32["resnet18", "authority"]["system"]["memory"]
@@ -708,7 +708,7 @@ def test_runtime_md_slack_yield_cap_pairs():
     the page says of them, and the compare files' steps are within 3% of the cap-2000 steps
     and no longer (the pairs were measured before the host's low watermark and epoch cap beside
     a critical host task, the AMP ones also before the 8-lane 16-bit batch norm backward
-    program, as the page says)."""
+    program and the widening forms, which made the AMP steps shorter, as the page says)."""
     rows = _load("slack-yield-cap.json")["rows"]
     words = _words("runtime.md")
     ratio = [r["step_ms_cap2000"] / r["step_ms_cap4000"] - 1 for r in rows]
@@ -723,11 +723,17 @@ def test_runtime_md_slack_yield_cap_pairs():
              ("amp-fp16", 32): "compare-amp-fp16-32.json",
              ("amp-fp16", 224): "compare-amp-fp16-224.json"}
     assert "the AMP pairs before the 8-lane program of the 16-bit batch norm backward" in words
-    assert "(every step of the tables is within 3% of its pair's and no longer)" in words
+    assert "(every fp32 step of the tables is within 3% of its pair's and no longer)" in words
+    amp = []
     for r in rows:
         _, by = _compare(files[(r["precision"], r["input"])])
         now = by[(r["model"], "authority")]["step_ms"]
-        assert r["step_ms_cap2000"] * 0.97 <= now <= r["step_ms_cap2000"], r
+        if r["precision"] == "fp32":
+            assert r["step_ms_cap2000"] * 0.97 <= now <= r["step_ms_cap2000"], r
+        else:
+            amp.append(1 - now / r["step_ms_cap2000"])
+    assert f"(every AMP step of the tables is {100 * min(amp):.1f}-{100 * max(amp):.1f}% " \
+           f"shorter than its pair's)" in words
 
 
 def test_runtime_md_busy_pim_cap_pairs():

@@ -236,10 +236,13 @@ def test_assembler_refuses_bad_dtypes(text, needle):
         assemble(text)
 
 
-@pytest.mark.parametrize("dtype_bits", [3, 4, 5])
+@pytest.mark.parametrize("dtype_bits", [0, 3, 4, 5, 6, 7])
 def test_reserved_dtype_bits_fault(dtype_bits):
-    word = assemble("ADD G0, G0, G0").words[0] | dtype_bits
-    for words in ([word], [assemble("CVTLO.f16 G0, G0").words[0] & ~3]):
+    """dtype 3 is reserved on every data op; a conversion takes only a plain 16-bit dtype (not
+    binary32, not a widening form)."""
+    cvt = (assemble("CVTLO.f16 G0, G0").words[0] & ~7) | dtype_bits
+    add = assemble("ADD G0, G0, G0").words[0] | dtype_bits
+    for words in ([cvt], [add]) if dtype_bits == 3 else ([cvt],):
         g = GoldenBackend(rows=4, cols=32)
         g.load_program(words)
         with pytest.raises(PimFaultError) as info:

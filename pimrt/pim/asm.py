@@ -9,6 +9,8 @@ Syntax, one instruction per line; `;` or `#` starts a comment; `name:` defines a
     JMP   top / NOP / EXIT
     ADD.f16 G0, G0, B[p0+]    ; data ops take a dtype suffix: .f32 (default), .f16, .bf16
     CVTLO.bf16 G1, G0         ; 16-bit conversions (.f16 or .bf16): CVTLO, CVTHI, CVTPK
+    SUB.f16hi G1, G0, S0      ; widening: G0's high fp16 element widened, then the fp32 op
+                              ; (.f16lo, .f16hi, .bf16lo, .bf16hi; not on the conversions)
 """
 from __future__ import annotations
 
@@ -89,11 +91,12 @@ def assemble(text: str) -> Program:
         if mnem not in isa.OPCODES:
             raise PimAsmError(f"{where}: unknown instruction {mnem!r}")
         _, fmt, slots = isa.OPCODES[mnem]
-        dtype = isa.DTYPES.get(suffix.lower(), -1) if suffix else isa.F32
+        dtype = {**isa.DTYPES, **isa.WIDENING}.get(suffix.lower(), -1) if suffix else isa.F32
         if dtype < 0 or (suffix and fmt != "data"):
             raise PimAsmError(f"{where}: bad dtype suffix {suffix.lower()!r} on {mnem} (data ops "
-                              f"take .f32, .f16 or .bf16)")
-        if mnem in isa.CONVERSIONS and dtype == isa.F32:
+                              f"take .f32, .f16, .bf16 or a widening .f16lo, .f16hi, .bf16lo, "
+                              f".bf16hi)")
+        if mnem in isa.CONVERSIONS and dtype not in (isa.F16, isa.BF16):
             raise PimAsmError(f"{where}: {mnem} needs a 16-bit dtype: {mnem}.f16 or {mnem}.bf16")
         args = _split(rest.strip())
         if fmt == "none":

@@ -126,7 +126,10 @@ ARITY = {**{k: n for k, (_, n) in LANE_FUNCS.items()}, "CVTLO": 1, "CVTHI": 1, "
 
 def apply(name: str, a, b=None, c=None, dtype: int = 0) -> np.ndarray:
     """Lane op `name` on 32-bit lane words; dtype 0 binary32, 1 binary16, 2 bfloat16 (two
-    16-bit elements a word, apply_words)."""
+    16-bit elements a word, apply_words), 4-7 the widening forms (isa.WIDENING: the binary32
+    op on a's low or high 16-bit element widened, widen_a)."""
+    if dtype & 4:
+        a, dtype = widen_a(a, dtype), 0
     if dtype:
         n = ARITY[name]
         return apply_words(name, dtype, *(a, b, c)[:n])
@@ -199,6 +202,14 @@ def apply16(name: str, dtype: int, a, b=None, c=None) -> np.ndarray:
     if name in ("CMPGT", "CMPGE", "CMPEQ"):
         return _mask16(LANE_FUNCS[name][0](wa, wb) != 0)
     return narrow16(LANE_FUNCS[name][0](wa, wb), dtype)
+
+
+def widen_a(a, dtype: int) -> np.ndarray:
+    """A widening dtype's operand a (isa.WIDENING): the 16-bit element of each word that
+    dtype's bit 0 names (0 low, 1 high), in the format bit 1 names (0 binary16, 1 bfloat16),
+    widened to binary32 (exact)."""
+    a = np.asarray(a, dtype=U32)
+    return widen16(a >> U32(16) if dtype & 1 else a & U32(0xFFFF), BF16 if dtype & 2 else F16)
 
 
 def apply_words(name: str, dtype: int, a, b=None, c=None) -> np.ndarray:

@@ -123,12 +123,21 @@ def _moves_only(ins, off: list[int]) -> bool:
     return False
 
 
+def _fold_term(ins, a, b):
+    """What a fold (_is_fold) adds to its accumulator: ADD's other operand (a: ADD acc, x,
+    acc in a widening form), MAD's product; a widening form's a widened first."""
+    if ins.dtype:
+        a = fp.widen_a(a, ins.dtype)
+    return a if ins.name == "ADD" else fp.mul(a, b)
+
+
 def _is_fold(ins, srcs) -> bool:
     """Whether an instruction writing an accumulator folds into it as the vectorised loops can
     replay: ADD acc, acc, x or MAD acc, a, b, acc with no other accumulator read, in binary32
-    (a 16-bit fold is stepped)."""
+    or a widening form whose widened operand a is not the accumulator (_fold_term; a 16-bit
+    fold is stepped)."""
     d = ins.d
-    if ins.dtype:
+    if ins.dtype and not (isa.widening(ins.dtype) and ins.a != d):
         return False
     if ins.name == "ADD":
         others = [o for o in srcs if o != d]
@@ -417,9 +426,9 @@ class GoldenBackend(Backend):
             d = ins.d
             if d.kind == isa.K_ACC:
                 if ins.name == "ADD":
-                    term = val([o for o in srcs if o != d][0])
+                    term = _fold_term(ins, val([o for o in srcs if o != d][0]), None)
                 else:
-                    term = fp.mul(val(ins.a), val(ins.b))
+                    term = _fold_term(ins, val(ins.a), val(ins.b))
                 terms.setdefault(d.index, []).append(np.broadcast_to(term, (reps, L)))
                 continue
             y = fp.apply(ins.name, *[val(o) for o in srcs], dtype=ins.dtype)
@@ -624,9 +633,9 @@ class GoldenBackend(Backend):
                         vals.append(state(_reg(o)))
                 if fold is not None:
                     if ins.name == "ADD":
-                        term = [v for v in vals if v is not None][0]
+                        term = _fold_term(ins, [v for v in vals if v is not None][0], None)
                     else:
-                        term = fp.mul(vals[0], vals[1])
+                        term = _fold_term(ins, vals[0], vals[1])
                     terms.setdefault(fold, []).append(np.broadcast_to(term, shape))
                     continue
                 y = fp.apply(ins.name, *vals, dtype=ins.dtype)

@@ -4,8 +4,8 @@ harness (hw/pim_defs.vh holds the same numbers; a test checks they agree).
 A command word is 32 bits:
     [31:27] opcode
     data ops:  [26:21] dst  [20:15] a  [14:9] b  [8:3] c  (6-bit operand fields),
-               [1:0] dtype (0 binary32, 1 binary16, 2 bfloat16; 16-bit elements two per
-               32-bit lane word), [2] reserved (0)
+               [2:0] dtype: 0 binary32, 1 binary16, 2 bfloat16 (16-bit elements two per
+               32-bit lane word), 3 reserved; 4-7 the widening forms (WIDENING below)
     JMP/LOOP:  [26:22] target pc, LOOP [21:20] loop counter
     ADDP:      [26:19] pointer mask, [15:0] signed step
 An operand field is [5:4] kind (0 GRF, 1 SRF, 2 bank, 3 ACC) and [3:0] index; for the bank
@@ -61,10 +61,21 @@ LANE_OPS = {name: code - 8 for name, (code, fmt, _) in OPCODES.items()
             if fmt == "data" and name not in CONVERSIONS}
 ALL_LANE_OPS = {name: code - 8 for name, (code, fmt, _) in OPCODES.items() if fmt == "data"}
 
-# data dtypes (word bits [1:0]): the assembler's suffix (ADD.f16) -> number
+# data dtypes (word bits [2:0]): the assembler's suffix (ADD.f16) -> number
 F32, F16, BF16 = 0, 1, 2
 DTYPES = {"f32": F32, "f16": F16, "bf16": BF16}
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+# The widening forms (bit 2 set): the binary32 op with operand a one 16-bit element of its lane
+# word widened to binary32 first (exact, as CVTLO / CVTHI): bit 1 the format (0 binary16, 1
+# bfloat16), bit 0 the half (0 low, 1 high). `SUB.f16lo G1, G0, S0` is CVTLO.f16 then SUB in
+# one instruction. Not for the conversions themselves.
+WIDENING = {"f16lo": 4, "f16hi": 5, "bf16lo": 6, "bf16hi": 7}
+DTYPE_NAMES = {v: k for k, v in {**DTYPES, **WIDENING}.items()}
+
+
+def widening(dtype: int) -> tuple[int, int] | None:
+    """A widening dtype -> (the 16-bit format F16 / BF16, the half: 0 low, 1 high); None for
+    the others."""
+    return (BF16 if dtype & 2 else F16, dtype & 1) if dtype & 4 else None
 
 # fault codes reported by the unit (err_code) and the golden model
 E_NONE, E_OPCODE, E_REG, E_OPERAND, E_ADDR, E_PC = range(6)
@@ -114,7 +125,7 @@ class Instr:
     counter: int
     mask: int
     step: int
-    dtype: int = 0      # data ops: word bits [2:0] (0..2 valid)
+    dtype: int = 0      # data ops: word bits [2:0] (all but 3 valid)
 
     @property
     def name(self) -> str | None:
@@ -146,7 +157,7 @@ def decode(word: int) -> Instr:
 
 def encode_data(name: str, ops: dict[str, Operand], dtype: int = F32) -> int:
     code = OPCODES[name][0]
-    word = (code << 27) | (dtype & 3)
+    word = (code << 27) | (dtype & 7)
     for slot, shift in (("d", 21), ("a", 15), ("b", 9), ("c", 3)):
         if slot in ops:
             word |= ops[slot].encode() << shift
@@ -179,8 +190,8 @@ def fault_of(ins: Instr, pc: int, ptr: list[int], depth: int) -> int:
         return E_OPCODE
     if fmt != "data":
         return E_NONE
-    if ins.dtype > BF16 or (ins.name in CONVERSIONS and ins.dtype == F32):
-        return E_OPCODE     # a reserved dtype, or a conversion without a 16-bit dtype
+    if ins.dtype == 3 or (ins.name in CONVERSIONS and ins.dtype not in (F16, BF16)):
+        return E_OPCODE     # the reserved dtype, or a conversion without a plain 16-bit dtype
     used = ins.used()
     srcs = [getattr(ins, s) for s in used if s != "d"]
     if ins.d.kind == K_SRF or any(o.kind == K_ACC and o.index >= N_ACC for o in [ins.d, *srcs]):
@@ -209,7 +220,7 @@ def disassemble(word: int) -> str:
     if fmt == "addp":
         ptrs = " ".join(f"p{i}" for i in range(N_PTR) if ins.mask >> i & 1)
         return f"ADDP {{{ptrs}}}, {ins.step}"
-    if ins.dtype > BF16:
+    if ins.dtype == 3 or (ins.name in CONVERSIONS and ins.dtype > BF16):
         return f".word 0x{word:08x}  ; {ins.name} with reserved dtype bits {ins.dtype}"
     suffix = f".{DTYPE_NAMES[ins.dtype]}" if ins.dtype else ""
     return f"{ins.name}{suffix} " + ", ".join(str(getattr(ins, s)) for s in ins.used())

@@ -32,16 +32,13 @@ from pimrt.pim.errors import PimCapacityError, PimError
 
 
 BLOCK_MAX = 8          # columns a stream moves per row visit, at most (the GRF holds 16)
-DRAM_COLUMN_BYTES = 64  # a DRAM column access (HBM2's 64-byte access; pimrt.pim.access)
 
 
-def _block(phases: float, fixed: int, regs_per_col: int, free_regs: int = isa.N_GRF,
-           once: int = 0) -> int:
-    """The block: the largest even number of columns (at most BLOCK_MAX) whose phases (and
-    `once` phases run once a block) fit the CRF beside `fixed` other commands and whose
-    registers fit the GRF; 1 if none does."""
+def _block(phases: float, fixed: int, regs_per_col: int, free_regs: int = isa.N_GRF) -> int:
+    """The block: the largest even number of columns (at most BLOCK_MAX) whose phases fit
+    the CRF beside `fixed` other commands and whose registers fit the GRF; 1 if none does."""
     for b in range(BLOCK_MAX, 1, -2):
-        if phases * b + once + fixed <= isa.CRF_DEPTH and regs_per_col * b <= free_regs:
+        if phases * b + fixed <= isa.CRF_DEPTH and regs_per_col * b <= free_regs:
             return b
     return 1
 
@@ -57,15 +54,8 @@ def _regs(body) -> int:
 
 
 def _phases(body) -> float:
-    """Instructions per block column: a `pair ` phase counts half (a `block ` phase, once a
-    block, is not counted: _once)."""
-    return sum(0.5 if line.startswith("pair ") else 1 for line in body
-               if not line.startswith("block "))
-
-
-def _once(body) -> int:
-    """Phases run once a block (`block `)."""
-    return sum(line.startswith("block ") for line in body)
+    """Instructions per block column: a `pair ` phase counts half."""
+    return sum(0.5 if line.startswith("pair ") else 1 for line in body)
 
 
 def _pointer_streams(body, streams) -> tuple[tuple[str, str], ...]:
@@ -82,12 +72,10 @@ def _pointer_streams(body, streams) -> tuple[tuple[str, str], ...]:
 
 def _expand(body, b: int, fmt: dict) -> list[str]:
     """Each phase of `body` for the block's columns i = 0..b-1 (REGS), a `pair ` phase for
-    each pair of them, a `block ` phase once ({b}: the block's columns)."""
+    each pair of them."""
     out = []
     for line in body:
-        if line.startswith("block "):
-            out.append(line[6:].format(b=b, **fmt))
-        elif line.startswith("pair "):
+        if line.startswith("pair "):
             if b % 2:
                 raise PimError(f"a pair phase needs an even block, got {b}: {line!r}")
             out += [line[5:].format(e=2 * i, o=2 * i + 1, **fmt) for i in range(b // 2)]
@@ -513,38 +501,30 @@ class ChannelKernel:
     piece: int = 0                   # columns per piece at most (0: as many as the bank holds)
     doc: str = ""
     dtype: str = "f32"               # of the data streams ("par" and "acc" are fp32)
-    reread: tuple[str, ...] = ()     # a body reading each column twice, for narrow lanes (at())
+    block_max: int = 0               # columns a block at most (0: as many as fit; at())
 
     @property
     def streams(self) -> tuple[str, ...]:
         return self.inputs + tuple(o for o in self.outputs if o not in self.inputs)
 
     def at(self, lanes: int, values: int | None = None) -> "ChannelKernel":
-        """The kernel as a unit of `lanes` runs it on channels of `values` values each: with
-        the `reread` body where the unit's column (4 x lanes bytes) is narrower than a DRAM
-        column and `body` only fits the CRF with one-column blocks, so that each of its
-        accesses would use half a DRAM column, while `reread` fits larger blocks (16-bit
-        batch norm backward at 8 lanes: reading a 16-bit column twice, once for its low
-        values and once for its high ones, saves the register copy and fits blocks of 2:
-        fewer cycles and fewer DRAM accesses), unless a channel's columns padded to its
-        blocks would take more cycles (a channel of one column, or three). The results are
-        the same bit for bit."""
-        if not self.reread or 4 * lanes >= DRAM_COLUMN_BYTES or self.block() > 1:
+        """The kernel as a unit of `lanes` runs it on channels of `values` values each: a
+        16-bit kernel without accumulators takes one-column blocks where padding a channel's
+        columns to its blocks would cost more cycles than the loop overhead the blocks save
+        (a channel of one column, or three). Its outputs are the same bit for bit at any
+        block; a kernel with accumulators keeps its block, which fixes the order of its sums,
+        and fp32 kernels keep theirs."""
+        if self.dtype == "f32" or self.acc or values is None or self.block() == 1:
             return self
-        other = dataclasses.replace(self, body=self.reread, reread=())
-        if other.block() == 1:
-            return self
-        if values is not None:
-            columns = max(-(-values // (lanes * self.vpc())), 1)
-            if other.loop_cycles(columns) > self.loop_cycles(columns):
-                return self
-        return other
+        columns = max(-(-values // (lanes * self.vpc())), 1)
+        one = dataclasses.replace(self, block_max=1)
+        return one if one.loop_cycles(columns) < self.loop_cycles(columns) else self
 
     def loop_cycles(self, columns: int) -> int:
         """Cycles of the column loop over `columns` columns padded to whole blocks (an
         instruction a cycle, LOOP included)."""
         b = self.block()
-        return -(-columns // b) * int(_phases(self.body) * b + _once(self.body) + 1)
+        return -(-columns // b) * int(_phases(self.body) * b + 1)
 
     @property
     def narrow(self) -> tuple[str, ...]:
@@ -568,8 +548,9 @@ class ChannelKernel:
 
     def block(self) -> int:
         fixed = 2 * self.acc + len(self.params) + self.shift + 3   # zero/store, loads, LOOPs, EXIT
-        return _block(_phases(self.body), fixed, _regs(self.body),
-                      isa.N_GRF - len(self.params) - self.shift, _once(self.body))
+        b = _block(_phases(self.body), fixed, _regs(self.body),
+                   isa.N_GRF - len(self.params) - self.shift)
+        return min(b, self.block_max) if self.block_max else b
 
     @functools.lru_cache(maxsize=None)
     def program(self) -> Program:
@@ -619,7 +600,6 @@ def _channel16(base: str, dt: str) -> ChannelKernel:
     still sums at most STATS_PIECE values (the error bound of docs/pim.md holds as is)."""
     k = CHANNEL_KERNELS[base]
     return dataclasses.replace(k, name=f"{base}_{dt}", body=K16.suffixed(K16.CHANNEL16[base], dt),
-                               reread=K16.suffixed(K16.CHANNEL16_REREAD.get(base, ()), dt),
                                piece=k.piece // 2, dtype=dt,
                                doc=f"{k.doc}; {dt} data widened to fp32, fp32 sums and constants")
 

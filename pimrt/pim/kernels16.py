@@ -4,8 +4,9 @@ pimrt.pim.kernels turns into kernels (`{dt}` is the 16-bit dtype's suffix, `.f16
 
 A 16-bit stream holds two values a lane word. Element-wise ops that torch computes as one
 fp32 op rounded to 16 bits run as the 16-bit op itself (MAX.f16, ADD.f16, ...); the rest
-(batch norm, average pooling's fp32 sum) widen each word into two fp32 registers (CVTLO,
-CVTHI: {i} the low values, {j} the high), compute in fp32 and narrow with CVTPK. A `pair `
+(batch norm, average pooling's fp32 sum) take each word's low and high values into fp32
+({i} the low values, {j} the high) by a widening form of their first op (`SUB.f16lo`: operand
+a's low value widened, isa.WIDENING) or CVTLO / CVTHI, compute in fp32 and narrow with CVTPK. A `pair `
 line runs once per two block columns ({e}, {o}: G(2i), G(2i+1)): sgd_amp narrows two fp32
 columns into one 16-bit column.
 """
@@ -51,54 +52,41 @@ def _widen(reg_raw: str, lo: str, hi: str, src: str) -> tuple[str, ...]:
 
 
 # ---- batch norm: fp32 statistics and constants, 16-bit x, y, dy, dx ------------------------
+# Each 16-bit column is read once into a register; the first fp32 op on its low and on its
+# high values takes them in a widening form ({wl}, {wh}: `.f16lo` / `.f16hi`, or bf16's),
+# which widens operand a (CVTLO / CVTHI in the same instruction); y and dx are narrowed once
+# (CVTPK, RNE). Where the 16-bit value is the second operand of the fp32 op (A0 + dy, (x -
+# mean) * dy) it is taken as the first: fp32 addition and multiplication commute, bit for bit.
 CHANNEL16 = {
-    "bn_stats_ch": ("MOV G{j}, B[{x}+]", "CVTLO{dt} G{i}, G{j}", "CVTHI{dt} G{j}, G{j}",
-                    "SUB G{i}, G{i}, {shift}", "SUB G{j}, G{j}, {shift}",
+    "bn_stats_ch": ("MOV G{j}, B[{x}+]", "SUB{wl} G{i}, G{j}, {shift}", "SUB{wh} G{j}, G{j}, {shift}",
                     "ADD A0, A0, G{i}", "ADD A0, A0, G{j}",
                     "MAD A1, G{i}, G{i}, A1", "MAD A1, G{j}, G{j}, A1"),
-    "bn_apply_ch": ("MOV G{j}, B[{x}+]", "CVTLO{dt} G{i}, G{j}", "CVTHI{dt} G{j}, G{j}",
-                    "SUB G{i}, G{i}, {mean}", "SUB G{j}, G{j}, {mean}",
+    "bn_apply_ch": ("MOV G{j}, B[{x}+]", "SUB{wl} G{i}, G{j}, {mean}", "SUB{wh} G{j}, G{j}, {mean}",
                     "SUB G{i}, G{i}, {mean_lo}", "SUB G{j}, G{j}, {mean_lo}",
                     "MAD G{i}, G{i}, {scale}, {shift}", "MAD G{j}, G{j}, {scale}, {shift}",
                     "CVTPK{dt} B[{y}+], G{i}, G{j}"),
-    "bn_bwd_stats_ch": ("MOV G{j}, B[{x}+]", "CVTLO{dt} G{i}, G{j}", "CVTHI{dt} G{j}, G{j}",
-                        "SUB G{i}, G{i}, {mean}", "SUB G{j}, G{j}, {mean}",
-                        "MOV G{j2}, B[{dy}+]", "CVTLO{dt} G{i2}, G{j2}", "CVTHI{dt} G{j2}, G{j2}",
-                        "ADD A0, A0, G{i2}", "ADD A0, A0, G{j2}",
-                        "MAD A1, G{i}, G{i2}, A1", "MAD A1, G{j}, G{j2}, A1"),
-    "bn_bwd_apply_ch": ("MOV G{j}, B[{x}+]", "CVTLO{dt} G{i}, G{j}", "CVTHI{dt} G{j}, G{j}",
-                        "SUB G{i}, G{i}, {mean}", "SUB G{j}, G{j}, {mean}",
+    "bn_bwd_stats_ch": ("MOV G{j}, B[{x}+]", "SUB{wl} G{i}, G{j}, {mean}",
+                        "SUB{wh} G{j}, G{j}, {mean}", "MOV G{i2}, B[{dy}+]",
+                        "ADD{wl} A0, G{i2}, A0", "ADD{wh} A0, G{i2}, A0",
+                        "MAD{wl} A1, G{i2}, G{i}, A1", "MAD{wh} A1, G{i2}, G{j}, A1"),
+    "bn_bwd_apply_ch": ("MOV G{j}, B[{x}+]", "SUB{wl} G{i}, G{j}, {mean}",
+                        "SUB{wh} G{j}, G{j}, {mean}",
                         "MAD G{i}, G{i}, {c1}, {c0}", "MAD G{j}, G{j}, {c1}, {c0}",
-                        "MOV G{j2}, B[{dy}+]", "CVTLO{dt} G{i2}, G{j2}", "CVTHI{dt} G{j2}, G{j2}",
-                        "MAD G{i2}, G{i2}, {k}, G{i}", "MAD G{j2}, G{j2}, {k}, G{j}",
-                        "CVTPK{dt} B[{dx}+], G{i2}, G{j2}"),
-}
-
-# batch norm backward's apply for units whose column is half a DRAM column (8 lanes): each
-# 16-bit column of x and dy read twice, its low values widened straight from the bank and,
-# after one pointer step back over the block, its high ones: 11 phases a column and one a
-# block, which fit the CRF with blocks of 2 (the body above, 13 phases, only with blocks of 1,
-# each access using half a DRAM column). The same values and operations: the same results.
-CHANNEL16_REREAD = {
-    "bn_bwd_apply_ch": ("CVTLO{dt} G{i}, B[{x}+]", "CVTLO{dt} G{i2}, B[{dy}+]",
-                        "block ADDP {x} {dy}, -{b}",
-                        "CVTHI{dt} G{j}, B[{x}+]", "CVTHI{dt} G{j2}, B[{dy}+]",
-                        "SUB G{i}, G{i}, {mean}", "SUB G{j}, G{j}, {mean}",
-                        "MAD G{i}, G{i}, {c1}, {c0}", "MAD G{j}, G{j}, {c1}, {c0}",
-                        "MAD G{i2}, G{i2}, {k}, G{i}", "MAD G{j2}, G{j2}, {k}, G{j}",
-                        "CVTPK{dt} B[{dx}+], G{i2}, G{j2}"),
+                        "MOV G{i2}, B[{dy}+]", "MAD{wl} G{i}, G{i2}, {k}, G{i}",
+                        "MAD{wh} G{j}, G{i2}, {k}, G{j}", "CVTPK{dt} B[{dx}+], G{i}, G{j}"),
 }
 
 # ---- pooling: p0..p3 the window, p4 the pooled stream --------------------------------------
-# average: the four values widened and summed in fp32 in row-major order, times 0.25, narrowed
+# average: the four values widened and summed in fp32 in row-major order (the first pixel's
+# widened into two registers, each next one added in a widening form), times 0.25, narrowed
 # once, plus +0 in 16 bits: torch's opmath sum, and its NCHW kernel gives +0 where the result
 # rounds to -0 (a tiny negative mean, four -0). S0 = 0.25 (fp32), S1 = +0. Backward: dy*0.25
 # rounded to 16 bits plus +0 (torch adds it into a zeroed gradient), S0, S1 in 16 bits.
 POOL16 = {
     "avgpool2_fwd": (*_widen("G{j}", "G{i}", "G{j}", "B[p0+]"),
                      *[ph for p in (1, 2, 3) for ph in (
-                         *_widen("G{j2}", "G{i2}", "G{j2}", f"B[p{p}+]"),
-                         "ADD G{i}, G{i}, G{i2}", "ADD G{j}, G{j}, G{j2}")],
+                         f"MOV G{{i2}}, B[p{p}+]", "ADD{wl} G{i}, G{i2}, G{i}",
+                         "ADD{wh} G{j}, G{i2}, G{j}")],
                      "MUL G{i}, G{i}, S0", "MUL G{j}, G{j}, S0", "CVTPK{dt} G{i}, G{i}, G{j}",
                      "ADD{dt} B[p4+], G{i}, S1"),
     "maxpool2_fwd": ("MOV G{i}, B[p0+]", "MAX{dt} G{i}, G{i}, B[p1+]", "MAX{dt} G{i}, G{i}, B[p2+]",
@@ -109,5 +97,7 @@ POOL16 = {
 
 
 def suffixed(body, dtype: str) -> tuple[str, ...]:
-    """The body with `{dt}` made the dtype's suffix."""
-    return tuple(line.replace("{dt}", f".{dtype}") for line in body)
+    """The body with `{dt}` made the dtype's suffix, `{wl}` / `{wh}` its widening forms'
+    (`.f16lo` / `.f16hi`, `.bf16lo` / `.bf16hi`)."""
+    return tuple(line.replace("{dt}", f".{dtype}").replace("{wl}", f".{dtype}lo")
+                 .replace("{wh}", f".{dtype}hi") for line in body)
