@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pimrt.pim.isa import QNAN
+from pimrt.pim.isa import QNAN, widening
 
 U32 = np.uint32
 ONES = U32(0xFFFFFFFF)
@@ -205,11 +205,11 @@ def apply16(name: str, dtype: int, a, b=None, c=None) -> np.ndarray:
 
 
 def widen_a(a, dtype: int) -> np.ndarray:
-    """A widening dtype's operand a (isa.WIDENING): the 16-bit element of each word that
-    dtype's bit 0 names (0 low, 1 high), in the format bit 1 names (0 binary16, 1 bfloat16),
-    widened to binary32 (exact)."""
+    """A widening dtype's operand a (isa.WIDENING): the 16-bit element of each word that the
+    dtype names, in its format, widened to binary32 (exact)."""
+    fmt, half = widening(dtype)
     a = np.asarray(a, dtype=U32)
-    return widen16(a >> U32(16) if dtype & 1 else a & U32(0xFFFF), BF16 if dtype & 2 else F16)
+    return widen16(a >> U32(16) if half else a & U32(0xFFFF), fmt)
 
 
 def apply_words(name: str, dtype: int, a, b=None, c=None) -> np.ndarray:
