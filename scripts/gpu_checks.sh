@@ -16,6 +16,7 @@
 # 4. the host kernels of ResNet-18 (32x32) and ResNet-50 (224x224) at batch 32 timed on the GPU
 #    (pimrt host-times), written to $OUT, to replay on the CPU machine with
 #    `pimrt run --model resnet18 --batch 32 --input 32 --host-times $OUT/host_times_resnet18_b32_i32.json`.
+#    ResNet-50's also in float16 and bfloat16 (--precision amp-fp16 / amp-bf16), as autocast runs them.
 set -uo pipefail
 OUT=${OUT:-results/gpu}
 mkdir -p "$OUT"
@@ -48,6 +49,13 @@ for spec in resnet18:32 resnet50:224; do
     m=${spec%:*}; i=${spec#*:}
     timeout 240 python3 -m pimrt host-times --model "$m" --batch 32 --input "$i" --quiet \
         --out "$OUT/host_times_${m}_b32_i${i}.json" 2>&1 | tee -a "$OUT/host_times.txt" || status=1
+done
+# the same kernels under mixed precision (float16 and bfloat16, as autocast runs them: issue 41),
+# for pimrt run --precision amp-fp16|amp-bf16 --host-times FILE
+for prec in amp-fp16 amp-bf16; do
+    timeout 240 python3 -m pimrt host-times --model resnet50 --batch 32 --input 224 --quiet \
+        --precision "$prec" --out "$OUT/host_times_resnet50_b32_i224_${prec}.json" 2>&1 \
+        | tee -a "$OUT/host_times.txt" || status=1
 done
 
 echo; echo "gpu checks: $([ $status = 0 ] && echo ok || echo FAILED) (logs in $OUT)"

@@ -27,10 +27,15 @@ def graph():
 def fake_gpu(monkeypatch):
     """A 'GPU' whose kernels take 3x the V100 model's time; records what it was asked."""
     from pimrt.host import HostWork
-    asked = []
 
-    def measure(layer, batch, phase, rng, device, warmup=3, repeats=10):
+    class Asked(list):
+        dtypes: set                          # the dtypes the kernels were timed in
+    asked = Asked()
+    asked.dtypes = dtypes = set()
+
+    def measure(layer, batch, phase, rng, device, warmup=3, repeats=10, dtype=None):
         asked.append((layer.name, phase, *rng))
+        dtypes.add(dtype)
         return 3 * HostWork(layer, batch, phase, rng).model_seconds() * 1e3
 
     monkeypatch.setattr(ht, "require_cuda", lambda *a, **kw: None)
@@ -143,6 +148,59 @@ def test_measure_then_replay(tmp_path, capsys, fake_gpu, graph):
     assert (r["step_ms"], r["serial_step_ms"]) == (s["step_ms"], s["serial_step_ms"])
 
 
+@pytest.mark.parametrize("precision, dtype", [("amp-fp16", "float16"),
+                                              ("amp-bf16", "bfloat16")])
+def test_amp_kernels_are_timed_in_their_16_bit_dtype_and_replayed_only_in_it(
+        tmp_path, capsys, fake_gpu, precision, dtype):
+    """Under AMP every host kernel is a CONV or linear layer, which autocast runs in the
+    16-bit dtype: that is what is timed, the file says so, and only a run in that precision
+    replays it (fp32 times in an AMP step, or the reverse, would be a silent wrong answer)."""
+    import torch
+    path = tmp_path / "t.json"
+    assert main(["host-times", "--model", MODEL, "--batch", str(BATCH), "--precision",
+                 precision, "--out", str(path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"timed in {precision} on Test GPU" in out
+    assert f"replay with pimrt run --precision {precision} --host-times {path}" in out
+    assert fake_gpu.dtypes == {getattr(torch, dtype)}
+    doc = json.loads(path.read_text())
+    assert doc["precision"] == precision
+    amp = captured(MODEL, BATCH, 32, precision=precision)
+    assert len(doc["kernels"]) == len(_kernels(amp))
+    args = ["run", "--model", MODEL, "--batch", str(BATCH), "--functional", "none", "--quiet"]
+    assert main(args + ["--precision", precision, "--host-times", str(path),
+                        "--out", str(tmp_path / "replay")]) == 0
+    s = json.loads((tmp_path / "replay" / "summary.json").read_text())
+    assert s["host_times"]["source"] == "file" and s["host_times"]["precision"] == precision
+    assert s["precision"] == precision
+    capsys.readouterr()
+    # an fp32 run refuses them, before any work
+    assert main(args + ["--host-times", str(path), "--out", str(tmp_path / "fp32")]) == 2
+    err = capsys.readouterr().err
+    assert f'{path}: kernels timed in {precision} (its "precision"), this run is fp32' in err
+    assert not (tmp_path / "fp32").exists()
+    # and a file timed in fp32 (written before the field: no "precision") an AMP run
+    fp32 = tmp_path / "fp32.json"
+    _write(fp32, _full(captured(MODEL, BATCH, 32)))
+    assert main(args + ["--precision", precision, "--host-times", str(fp32),
+                        "--out", str(tmp_path / "amp")]) == 2
+    err = capsys.readouterr().err
+    assert (f'{fp32}: kernels timed in fp32 (its "precision", absent: fp32), this run is '
+            f'{precision}; kernel times do not carry over between precisions: measure them '
+            f'with pimrt host-times --precision {precision}') in err
+    assert not (tmp_path / "amp").exists()
+
+
+def test_fp32_kernels_are_timed_in_fp32(tmp_path, fake_gpu, graph):
+    import torch
+    assert main(["host-times", "--model", MODEL, "--batch", str(BATCH), "--out",
+                 str(tmp_path / "t.json"), "--quiet"]) == 0
+    assert fake_gpu.dtypes == {torch.float32}
+    assert json.loads((tmp_path / "t.json").read_text())["precision"] == "fp32"
+    times, fields = ht.load(tmp_path / "t.json", graph)
+    assert fields["precision"] == "fp32" and len(times) == len(_kernels(graph))
+
+
 def test_compare_measures_each_model_and_replays_the_folder(tmp_path, capsys, fake_gpu):
     args = ["compare", "--models", "resnet_cifar_20,resnet_cifar_32", "--policies", "authority",
             "--batch", str(BATCH), "--input", "32", "--quiet"]
@@ -182,7 +240,7 @@ print(sorted(m for m in sys.modules if m.startswith("pimrt._memctl") or m == "ma
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == "[]"
-    assert "timed on Test GPU, written to" in r.stdout
+    assert "timed in fp32 on Test GPU, written to" in r.stdout
     graph = captured(MODEL, BATCH, 32)
     times, fields = ht.load(out, graph)
     assert list(times) == _kernels(graph) and set(times.values()) == {0.125}
@@ -235,6 +293,9 @@ def _full(graph, ms=0.01):
      r"kernels\[0\]: missing ms"),
     (lambda ks, h: (ks[:-2], h), r"has no time for 2 of the \d+ host kernels this run needs"),
     (lambda ks, h: (ks, {**h, "format": "other/9"}), "this pimrt reads"),
+    (lambda ks, h: (ks, {**h, "precision": "fp64"}),
+     "precision 'fp64', expected one of fp32, amp-fp16, amp-bf16"),
+    (lambda ks, h: (ks, {**h, "precision": ["fp32"]}), r"precision \['fp32'\], expected"),
 ])
 def test_a_bad_file_is_refused_before_any_work(graph, tmp_path, capsys, edit, message):
     kernels, head = edit(_full(graph), {})

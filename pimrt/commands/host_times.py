@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pathlib
 
+from pimrt import cliflags
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -13,7 +15,8 @@ def register(subparsers) -> None:
         description="Time every CONV/linear kernel (forward, dX, dW, per output-channel group) "
                     "that `pimrt run` with the same settings needs on this machine's CUDA GPU, "
                     "and write them as JSON; `pimrt run --host-times FILE` replays them "
-                    "anywhere. docs/runtime.md")
+                    "anywhere; under --precision amp-fp16 / amp-bf16 each kernel runs in "
+                    "float16 / bfloat16, as autocast runs it. docs/runtime.md")
     p.add_argument("--model", default="resnet18",
                    help="zoo model or FILE.py:NAME / module:NAME (as pimrt run)")
     p.add_argument("--allow-unsupported", action="store_true",
@@ -27,7 +30,7 @@ def register(subparsers) -> None:
                         "(default as pimrt run)")
     p.add_argument("--part", default="v100_hbm2_pim",
                    help="memory part of the runs to replay (it sets which CONVs are split)")
-    p.add_argument("--host-part", default="v100", help="host part of the runs to replay")
+    cliflags.precision(p)        # --precision and --host-part, as the runs to replay take them
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"))
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/host_times.json"),
                    help="the JSON file to write")
@@ -38,15 +41,19 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from pimrt.runtime import session
     from pimrt.runtime.host_times import require_cuda
+    args.host_part = session.host_part_for(args.precision, args.host_part)
+    session.check_precision(args.precision, args.part, args.host_part)
     require_cuda(what="pimrt host-times")
-    graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported)
+    graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported,
+                             args.precision)
     slices = session.slices_for(args.batch, args.slices)
     session.preflight(graph, args.part, args.groups, args.update, args.host_part, slices)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     _, info = session.host_times(graph, "measure", args.groups, args.part, args.host_part,
                                  args.update, True, save_to=args.out, quiet=args.quiet,
                                  meta={"input": args.input}, slices=slices)
+    again = "" if args.precision == "fp32" else f" --precision {args.precision}"
     print(f"{args.model} batch {args.batch} {args.input}x{args.input}: {info['kernels']} "
-          f"CONV/linear kernels timed on {info['device']}, written to {info['path']}; replay "
-          f"with pimrt run --host-times {info['path']}")
+          f"CONV/linear kernels timed in {args.precision} on {info['device']}, written to "
+          f"{info['path']}; replay with pimrt run{again} --host-times {info['path']}")
     return 0

@@ -8,13 +8,19 @@ pimrt.host.measure_compute_ms (`measure`). The times replace the modelled comput
 tasks; their DRAM requests still go through memctl, so a task takes about max(measured
 compute, its memory time under contention).
 
+Each kernel runs in the dtype the step's precision gives its layer (`kernel_dtype`): fp32,
+or under amp-fp16 / amp-bf16 in float16 / bfloat16, as torch's autocast runs CONV and linear
+layers (on the GPU's Tensor Cores where it has them). The file says which (`"precision"`; a
+file without it was measured in fp32, as every file before it was).
+
 The times are written as JSON (`save`) and can be replayed on any machine (`load`):
 measure once on a GPU, simulate anywhere. A file that is malformed, was measured at another
-batch, names a layer the model does not have or lacks a kernel the run needs is refused
-before any simulation, with what and where.
+batch or in another precision, names a layer the model does not have or lacks a kernel the
+run needs is refused before any simulation, with what and where.
 
     {"format": "pimrt-host-times/1", "model": "resnet18", "batch": 32,
-     "input_shape": [32, 3, 32, 32], "device": "NVIDIA H200", "torch": "2.13.0",
+     "input_shape": [32, 3, 32, 32], "precision": "fp32", "device": "NVIDIA H200",
+     "torch": "2.13.0",
      "kernels": [{"layer": "conv1", "phase": "forward", "channels": [0, 32], "samples": 32,
                   "ms": 0.0213}, ...]}
 
@@ -29,7 +35,7 @@ import pathlib
 from typing import Callable, Iterable
 
 from pimrt.errors import ConfigError
-from pimrt.graph import LayerGraph
+from pimrt.graph import LayerGraph, precision
 from pimrt.host import cuda_available, measure_compute_ms
 from pimrt.host.gemm import PHASES
 from pimrt.runtime.schedule import Schedule, build_schedule
@@ -79,15 +85,24 @@ def require_cuda(device="cuda", what: str = "--host-times measure") -> None:
             f"--host-times FILE.json here)")
 
 
+def kernel_dtype(name: str):
+    """The torch dtype a host CONV/linear kernel computes in under precision `name`: autocast puts
+    CONV and linear on its lower-precision list, so float16 / bfloat16 under AMP."""
+    import torch
+    return getattr(torch, precision.low_dtype(name) or "float32")
+
+
 def measure(graph: LayerGraph, wanted: list[Kernel], device="cuda",
             progress: Callable[[int], None] | None = None, warmup: int = 3,
             repeats: int = 10) -> dict[Kernel, float]:
-    """Time each kernel on the GPU (the median of `repeats` after `warmup` runs)."""
+    """Time each kernel on the GPU (the median of `repeats` after `warmup` runs), in the
+    dtype the graph's precision gives it (`kernel_dtype`)."""
     require_cuda(device)
+    dtype = kernel_dtype(precision.of(graph))
     out = {}
     for layer, phase, lo, hi, samples in wanted:
         ms = measure_compute_ms(graph[layer], samples, phase, (lo, hi), device,
-                                warmup=warmup, repeats=repeats)
+                                warmup=warmup, repeats=repeats, dtype=dtype)
         if ms is None:                       # the GPU went away between the check and here
             raise ConfigError(f"could not time {layer} {phase} channels {lo}..{hi} on "
                               f"{device}: torch sees no CUDA GPU")
@@ -141,6 +156,16 @@ def load(path, graph: LayerGraph) -> tuple[dict[Kernel, float], dict]:
     if shape is not None and list(shape) != list(graph.input_shape):
         raise ConfigError(f"{path}: measured with input {list(shape)}, this run's input is "
                           f"{list(graph.input_shape)}")
+    given, run_precision = doc.get("precision", "fp32"), precision.of(graph)
+    if given != run_precision:
+        if not isinstance(given, str) or given not in precision.PRECISIONS:
+            raise ConfigError(f"{path}: precision {given!r}, expected one of "
+                              f"{', '.join(precision.PRECISIONS)}")
+        raise ConfigError(f"{path}: kernels timed in {given} (its \"precision\""
+                          + ("" if "precision" in doc else ", absent: fp32") + f"), this run "
+                          f"is {run_precision}; kernel times do not carry over between "
+                          f"precisions: measure them with pimrt host-times --precision "
+                          f"{run_precision}")
     model = doc.get("model")
     if model is not None and graph.model_name and model != graph.model_name:
         raise ConfigError(f"{path}: measured on model {model!r}, this run is "

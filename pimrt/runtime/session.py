@@ -141,6 +141,7 @@ def host_times(graph, spec: str, groups: int, part: str, host_part: str,
     "model": None (the host part's model). "measure": every kernel the run needs timed on
     the CUDA GPU, written to `save_to`. Anything else: a JSON file of times (as "measure"
     writes it), checked against the model and the run. Errors come before any simulation."""
+    from pimrt.graph.precision import of as graph_precision
     from pimrt.runtime import host_times as ht
     from pimrt.runtime.timing import group_rule, slice_rule, step_part
     if spec == "model":
@@ -156,6 +157,7 @@ def host_times(graph, spec: str, groups: int, part: str, host_part: str,
         times, fields = ht.load(spec, graph)
         ht.check_covers(times, wanted, spec)
         return times, {"source": "file", "path": str(spec), "kernels": len(wanted),
+                       "precision": graph_precision(graph),
                        **{k: fields[k] for k in ("device", "torch") if k in fields}}
     import torch
     try:
@@ -167,11 +169,12 @@ def host_times(graph, spec: str, groups: int, part: str, host_part: str,
                   disable=quiet or None, file=sys.stderr, leave=False) as bar:
             times = ht.measure(graph, wanted, progress=bar.update)
     info = {"source": "measured", "device": ht.device_name(), "torch": torch.__version__,
-            "kernels": len(wanted)}
+            "kernels": len(wanted), "precision": graph_precision(graph)}
     if save_to is not None:
         ht.save(save_to, times, {"model": graph.model_name, "batch": graph.batch,
                                  "input_shape": list(graph.input_shape), **(meta or {}),
-                                 "device": info["device"], "torch": info["torch"]})
+                                 "precision": info["precision"], "device": info["device"],
+                                 "torch": info["torch"]})
         info["path"] = str(save_to)
     return times, info
 
