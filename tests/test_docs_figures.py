@@ -292,6 +292,16 @@ def test_host_model_md_holds_the_bench_host_tables():
     ms = c224["resnet50", "authority"]["gpu_only_step_ms"]
     assert f"{ms:.3f} ms, {32000 / ms:.0f} img/s, {32000 / ms / 367:.3f} of the published " \
            f"FP32 rate (the step {ms / (32000 / 367):.2f}x longer than 367 img/s implies)" in words
+    # and under AMP against NVIDIA's 1200 img/s mixed precision
+    _, amp = _compare("compare-amp-fp16-224.json")
+    ms = amp["resnet50", "authority"]["gpu_only_step_ms"]
+    assert f"batch 32, {ms:.3f} ms, {32000 / ms:.0f} img/s, {32000 / ms / 1200:.3f} of the " \
+           f"published 1200 img/s (the step {ms / (32000 / 1200):.2f}x longer than it implies)" \
+        in words
+    fp32 = c224["resnet50", "authority"]["gpu_only_step_ms"]
+    assert f"its ResNet-50 step at 224x224 runs at {32000 / ms / 1200:.3f} of the 1200 img/s " \
+           f"NVIDIA publishes for mixed-precision training on one V100 (fp32: " \
+           f"{32000 / fp32 / 367:.3f} of 367 img/s" in _words("precision.md")
     rt, pr = _words("runtime.md"), _words("precision.md")
     assert f"error factor {v['all']['error_factor']:.3f} over {v['all']['kernels']} kernels, " \
            f"{v['held_out']['error_factor']:.3f} on the held-out ones" in rt
