@@ -43,6 +43,30 @@ def test_the_default_system_is_the_v100_with_its_own_memory():
     assert load_part("hbm2_pim").channel_count == 8          # the one-stack part stays
 
 
+def test_the_v100_part_converts_every_nanosecond_timing_to_its_clock():
+    """v100_hbm2_pim takes hbm2.toml's timings (DRAMsim3's HBM2 at 1 GHz, so cycles = ns) to
+    877 MHz: each one the JEDEC tables give in ns is ceil(ns / tCK), tREFI rounded down, tRC
+    the larger of its own and tRAS + tRP; clock counts stay. A key left unconverted (as the
+    per-bank refresh's tRFCb and tRREFD were) keeps 1 GHz cycles at 877 MHz."""
+    import math
+    base, v100 = load_part("hbm2").timing, load_part("v100_hbm2_pim").timing
+    assert base["tCK"] == 1.0 and v100["tCK"] == 1.14
+    clock_counts = {"CWL", "tCCD_S", "tCCD_L", "tRTRS", "tCK"}
+    checked = set()
+    for key, ns in base.items():
+        if key in clock_counts or not isinstance(ns, (int, float)):
+            continue
+        if key == "tREFI":
+            want = math.floor(ns / 1.14)
+        elif key == "tRC":
+            want = max(math.ceil(ns / 1.14), v100["tRAS"] + v100["tRP"])
+        else:
+            want = math.ceil(ns / 1.14 - 1e-9)
+        assert v100[key] == want, key
+        checked.add(key)
+    assert {"CL", "tRCDRD", "tRP", "tRAS", "tFAW", "tREFI", "tRFC", "tRFCb", "tRREFD"} <= checked
+
+
 def _pim_cycles(graph, part) -> int:
     """The PIM's work alone on `part`: every PIM task of the step timed with the memory to
     itself, summed."""
