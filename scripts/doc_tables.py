@@ -188,6 +188,43 @@ def speed_table(results: dict, baseline: str) -> list[str]:
     return out
 
 
+#: the runs of a profile (scripts/profile_run.py) by the stream memctl simulates
+_PROFILE_RUNS = (("gpu_only", "memctl: GPU-only"),
+                 ("authority", "memctl: the step (this build: the slack rule's and the per-layer "
+                               "rule's profiled step)"),
+                 ("alone (plan)", "memctl: each side's tasks alone (this build: twice, the "
+                                  "second from where the two streams part)"),
+                 ("serial", "memctl: serial"))
+_PROFILE_PHASES = (("streams", "stream building and feeding (Python)"),
+                   ("other", "the runs' own bookkeeping (Python)"),
+                   ("planning", "planning"), ("reports", "reports"),
+                   ("capture", "capture, placement, checks"))
+
+
+def profile_table(doc: dict) -> list[str]:
+    """scripts/profile_run.py --json profiles of one command at several builds
+    (docs/figures/profile-*.json, {"profiles": [...]}) side by side: memctl's CPU by the
+    stream it simulated, the other phases, the total and the peak RSS."""
+    profs = doc["profiles"]
+    out = ["| phase | " + " | ".join(f"{p['label']} ({p['commit']}): CPU s" for p in profs)
+           + " |", "|---" * (len(profs) + 1) + "|"]
+
+    def run_phase(p, run, phase):
+        return sum(r["cpu_s"] for r in p["by_run"] if r["run"] == run and r["phase"] == phase)
+    for run, label in _PROFILE_RUNS:
+        out.append(f"| {label} | " + " | ".join(f"{run_phase(p, run, 'memctl'):.1f}"
+                                               for p in profs) + " |")
+    for phase, label in _PROFILE_PHASES:
+        names = (phase,) if phase != "capture" else ("capture", "placement", "checks")
+        out.append(f"| {label} | " + " | ".join(
+            f"{sum(p['by_phase'].get(n, 0.0) for n in names):.1f}" for p in profs) + " |")
+    out.append("| total (every phase; + startup and imports) | " + " | ".join(
+        f"{p['cpu_s']:.1f} (+ {p['startup_s']:.1f})" for p in profs) + " |")
+    out.append("| peak RSS | " + " | ".join(f"{p['peak_rss_mib']:.0f} MiB" for p in profs)
+               + " |")
+    return out
+
+
 _CASE = {"hbm2": "HBM2", "ddr4": "DDR4", "stream": "stream", "random": "random",
          "mix": "2:1 read/write"}
 
@@ -473,7 +510,9 @@ def main(argv=None) -> int:
         print()
         print("\n".join(laysa_search_table(data)))
         return 0
-    if "runs" in data[0]:                             # pimrt bench speed's speed.json
+    if "profiles" in data[0]:                         # scripts/profile_run.py --json files
+        print("\n".join(profile_table(data[0])))
+    elif "runs" in data[0]:                           # pimrt bench speed's speed.json
         print("\n".join(speed_table(data[0], "baseline")))
     elif "dramsim3" in data[0].get("settings", {}):      # pimrt bench memctl --json
         print("\n".join(memctl_speed_table(data[0])))

@@ -1,13 +1,16 @@
 """CPU time and memory of a `pimrt run` by phase (docs/architecture.md, "Simulator speed").
 
-    python scripts/profile_run.py [--tracemalloc] -- run --model resnet50 --batch 32 \
-        --input 224 --functional none --quiet --out /tmp/r50
+    python scripts/profile_run.py [--tracemalloc] [--json FILE] [--label TEXT] -- run \
+        --model resnet50 --batch 32 --input 224 --functional none --quiet --out /tmp/r50
 
 Wraps the functions of each phase (capture, planning, stream building, memctl, reports) and
 charges each one's CPU time (time.process_time) to the phase on top of the stack, under the
 run it belongs to (serial, the policy's, GPU-only, the bound); prints a table, the peak RSS
 (resource.getrusage) reached in each phase, and with --tracemalloc the peak of Python's
-allocations (slower: a small case).
+allocations (slower: a small case). --json FILE writes the same figures (CPU seconds by phase
+and by run and phase, the peak RSS, the command and --label's text) for
+scripts/doc_tables.py. Profiling another checkout: PYTHONPATH=DIR (the phases it lacks are
+left out).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import argparse
 import collections
 import functools
 import importlib
+import pathlib
 import resource
 import sys
 import time
@@ -135,11 +139,16 @@ def _wrap_run(fn, name_of):
 
 
 def _patch(module: str, path: str, wrap) -> None:
-    mod = importlib.import_module(module)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError:      # an older checkout without this phase's module
+        return
     owner, name = mod, path
     if "." in path:
         cls, name = path.split(".")
-        owner = getattr(mod, cls)
+        owner = getattr(mod, cls, None)
+        if owner is None:
+            return
     if not hasattr(owner, name):
         return
     new = wrap(getattr(owner, name))
@@ -154,6 +163,8 @@ def _patch(module: str, path: str, wrap) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tracemalloc", action="store_true", help="also Python's peak allocations")
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--label", default="", help="what was profiled, kept in the JSON file")
     ap.add_argument("argv", nargs=argparse.REMAINDER, help="pimrt's arguments (after --)")
     args = ap.parse_args(argv)
     rest = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -193,6 +204,23 @@ def main(argv=None) -> int:
         if s >= 0.05:
             print(f"{run:<14}{phase:<12}{s:>8.1f}{calls.get((run, phase), 0):>7}"
                   f"{rss_run.get((run, phase), 0):>9.0f}")
+    if args.json:
+        import json
+        import pimrt
+        from pimrt.output import atomic_write_text
+        import subprocess
+        src = pathlib.Path(pimrt.__file__).parent.parent
+        head = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip()
+        doc = {"label": args.label, "argv": rest, "commit": head, "cpu_s": round(total, 2),
+            "startup_s": round(startup, 2), "wall_s": round(wall, 2),
+            "peak_rss_mib": round(ru.ru_maxrss / 1024, 1),
+            "by_phase": {ph: round(v, 2) for ph, v in by_phase.most_common()},
+            "by_run": [{"run": run, "phase": phase, "cpu_s": round(v, 2),
+                        "calls": calls.get((run, phase), 0),
+                        "rss_mib": round(rss_run.get((run, phase), 0), 1)}
+                       for (run, phase), v in sorted(cpu.items(), key=lambda kv: -kv[1])]}
+        atomic_write_text(pathlib.Path(args.json), json.dumps(doc, indent=1) + "\n")
     return rc
 
 

@@ -88,6 +88,32 @@ def test_speed_md_holds_the_bench_speed_runs():
     assert not missing, f"docs/speed.md lacks these rows of docs/figures/bench-speed.json: {missing[:3]}"
 
 
+def test_architecture_md_holds_the_profile_before_and_after_issue_38():
+    """Issue 38 item 1: the profile of the 224x224 command by phase, before and after, in
+    architecture.md, from its results file; the prose's sums are the file's."""
+    doc = json.loads((FIG / "profile-resnet50-224.json").read_text())
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = doc_tables.profile_table(doc)
+    missing = [r for r in rows if r not in text]
+    assert not missing, f"architecture.md lacks these rows of profile-resnet50-224.json: " \
+                        f"{missing[:3]}"
+    before, now = doc["profiles"]
+    assert (before["commit"], now["label"]) == ("e106b3d", "this build")
+    for p in doc["profiles"]:       # the phases add up to the total, memctl's runs to memctl
+        assert sum(p["by_phase"].values()) == pytest.approx(p["cpu_s"], abs=0.05)
+        assert sum(r["cpu_s"] for r in p["by_run"] if r["phase"] == "memctl") \
+            == pytest.approx(p["by_phase"]["memctl"], abs=0.05)
+    for key in ("serial_step_ms", "gpu_only_step_ms", "requests"):  # "the same to the cycle"
+        assert before["summary"][key] == now["summary"][key]
+    words = " ".join(text.split())
+    m0, m1 = before["by_phase"]["memctl"], now["by_phase"]["memctl"]
+    assert f"The Python side fell from {before['cpu_s'] - m0:.1f} to {now['cpu_s'] - m1:.1f} " \
+           f"s of CPU and the peak RSS from {before['peak_rss_mib']:.0f} to " \
+           f"{now['peak_rss_mib']:.0f} MiB" in words
+    assert f"so memctl went from {m0:.1f} to {m1:.1f} s and the total from " \
+           f"{before['cpu_s']:.1f} to {now['cpu_s']:.1f} s" in words
+
+
 @pytest.mark.parametrize("results,table", [
     ("gradsa-scale.json", doc_tables.gradsa_scale),
     ("gradsa-curve.json", doc_tables.gradsa_curve),
