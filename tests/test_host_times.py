@@ -260,6 +260,39 @@ def test_measure_without_a_gpu_fails_before_any_work(tmp_path, capsys, monkeypat
     assert not out.exists()
 
 
+def test_bf16_kernels_on_a_gpu_without_bf16_are_refused_before_any_work(tmp_path, capsys,
+                                                                          monkeypatch):
+    monkeypatch.setattr(ht, "cuda_available", lambda: True)
+    monkeypatch.setattr(ht, "bf16_supported", lambda device="cuda": False)
+    monkeypatch.setattr(ht, "device_name", lambda device="cuda": "Tesla V100-SXM2-32GB")
+    out = tmp_path / "out"
+    assert main(["host-times", "--model", MODEL, "--batch", str(BATCH), "--precision",
+                 "amp-bf16", "--out", str(out / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert "pimrt host-times --precision amp-bf16 times the host kernels in bfloat16, and " \
+           "Tesla V100-SXM2-32GB has no bfloat16 arithmetic" in err
+    assert main(["run", "--model", MODEL, "--batch", str(BATCH), "--precision", "amp-bf16",
+                 "--host-times", "measure", "--out", str(out), "--quiet"]) == 2
+    assert "--host-times measure --precision amp-bf16 times the host kernels in bfloat16" \
+        in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_kernel_the_gpu_cannot_run_is_one_line_and_no_file(tmp_path, capsys, fake_gpu,
+                                                               monkeypatch):
+    def fail(layer, batch, phase, rng, device, **kw):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\n(more lines)")
+    monkeypatch.setattr(ht, "measure_compute_ms", fail)
+    path = tmp_path / "t.json"
+    assert main(["host-times", "--model", MODEL, "--batch", str(BATCH), "--precision",
+                 "amp-fp16", "--out", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "could not time conv1 forward channels 0..16 on 2 images in float16 on cuda: " \
+           "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" in err
+    assert "(more lines)" not in err and "Traceback" not in err
+    assert not path.exists()
+
+
 def _write(path, kernels, batch=BATCH, **head):
     doc = {"format": ht.FORMAT, "model": MODEL, "batch": batch, **head, "kernels": kernels}
     path.write_text(json.dumps(doc))

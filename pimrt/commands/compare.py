@@ -90,7 +90,7 @@ def run(args) -> int:
     spec = {m: _times_spec(args.host_times, folders[m], len(graphs)) for m in graphs}
     if args.host_times == "measure":
         from pimrt.runtime.host_times import require_cuda
-        require_cuda()
+        require_cuda(precision_name=args.precision)
     times = {m: session.host_times(g, spec[m], args.groups, args.part, args.host_part,
                                    args.update, pipelined, slices=args.slices)
              if spec[m] != "measure" else (None, None) for m, g in graphs.items()}

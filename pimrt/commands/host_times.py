@@ -43,7 +43,7 @@ def run(args) -> int:
     from pimrt.runtime.host_times import require_cuda
     args.host_part = session.host_part_for(args.precision, args.host_part)
     session.check_precision(args.precision, args.part, args.host_part)
-    require_cuda(what="pimrt host-times")
+    require_cuda(what="pimrt host-times", precision_name=args.precision)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported,
                              args.precision)
     slices = session.slices_for(args.batch, args.slices)

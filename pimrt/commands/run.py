@@ -199,7 +199,7 @@ def run(args) -> int:
     pipelined = args.policy != "serial"
     if args.host_times == "measure":
         from pimrt.runtime.host_times import require_cuda
-        require_cuda()
+        require_cuda(precision_name=args.precision)
     else:                                    # the model, or a file checked before long work
         times, host_info = session.host_times(graph, args.host_times, args.groups, args.part,
                                               args.host_part, exchange.mode, pipelined,

@@ -75,14 +75,28 @@ def device_name(device="cuda") -> str:
     return torch.cuda.get_device_name(torch.device(device))
 
 
-def require_cuda(device="cuda", what: str = "--host-times measure") -> None:
-    """Measuring needs a CUDA GPU; say so before any work."""
+def require_cuda(device="cuda", what: str = "--host-times measure",
+                 precision_name: str = "fp32") -> None:
+    """Measuring needs a CUDA GPU, and under amp-bf16 one with bfloat16 arithmetic; say so
+    before any work."""
     if not str(device).startswith("cuda") or not cuda_available():
         raise ConfigError(
             f"{what} times the host kernels on a CUDA GPU, and torch sees none here "
             f"(torch.cuda.is_available() is False); use the model (--host-times model) or "
             f"replay times measured on a GPU machine (pimrt host-times there, then "
             f"--host-times FILE.json here)")
+    if precision.low_dtype(precision_name) == "bfloat16" and not bf16_supported(device):
+        raise ConfigError(
+            f"{what} --precision {precision_name} times the host kernels in bfloat16, and "
+            f"{device_name(device)} has no bfloat16 arithmetic (torch.cuda.is_bf16_supported() "
+            f"is False: bfloat16 needs an Ampere or later GPU); time them on such a GPU, or "
+            f"use amp-fp16")
+
+
+def bf16_supported(device="cuda") -> bool:
+    import torch
+    with torch.cuda.device(torch.device(device)):
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
 
 def kernel_dtype(name: str):
@@ -97,12 +111,18 @@ def measure(graph: LayerGraph, wanted: list[Kernel], device="cuda",
             repeats: int = 10) -> dict[Kernel, float]:
     """Time each kernel on the GPU (the median of `repeats` after `warmup` runs), in the
     dtype the graph's precision gives it (`kernel_dtype`)."""
-    require_cuda(device)
+    require_cuda(device, precision_name=precision.of(graph))
     dtype = kernel_dtype(precision.of(graph))
     out = {}
     for layer, phase, lo, hi, samples in wanted:
-        ms = measure_compute_ms(graph[layer], samples, phase, (lo, hi), device,
-                                warmup=warmup, repeats=repeats, dtype=dtype)
+        try:
+            ms = measure_compute_ms(graph[layer], samples, phase, (lo, hi), device,
+                                    warmup=warmup, repeats=repeats, dtype=dtype)
+        except RuntimeError as e:            # out of memory, a kernel cuDNN cannot run, ...
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"could not time {layer} {phase} channels {lo}..{hi} on "
+                              f"{samples} images in {str(dtype).replace('torch.', '')} on "
+                              f"{device}: {type(e).__name__}: {why}") from None
         if ms is None:                       # the GPU went away between the check and here
             raise ConfigError(f"could not time {layer} {phase} channels {lo}..{hi} on "
                               f"{device}: torch sees no CUDA GPU")
