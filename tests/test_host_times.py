@@ -196,7 +196,10 @@ def test_fp32_kernels_are_timed_in_fp32(tmp_path, fake_gpu, graph):
     assert main(["host-times", "--model", MODEL, "--batch", str(BATCH), "--out",
                  str(tmp_path / "t.json"), "--quiet"]) == 0
     assert fake_gpu.dtypes == {torch.float32}
-    assert json.loads((tmp_path / "t.json").read_text())["precision"] == "fp32"
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["precision"] == "fp32"
+    assert (doc["cudnn_allow_tf32"], doc["matmul_allow_tf32"]) == (
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
     times, fields = ht.load(tmp_path / "t.json", graph)
     assert fields["precision"] == "fp32" and len(times) == len(_kernels(graph))
 

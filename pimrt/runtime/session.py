@@ -174,7 +174,11 @@ def host_times(graph, spec: str, groups: int, part: str, host_part: str,
         ht.save(save_to, times, {"model": graph.model_name, "batch": graph.batch,
                                  "input_shape": list(graph.input_shape), **(meta or {}),
                                  "precision": info["precision"], "device": info["device"],
-                                 "torch": info["torch"]})
+                                 "torch": info["torch"],
+                                 # fp32 CONVs and matmuls in TF32 where torch allows it
+                                 "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+                                 "matmul_allow_tf32": bool(
+                                     torch.backends.cuda.matmul.allow_tf32)})
         info["path"] = str(save_to)
     return times, info
 
