@@ -7,6 +7,7 @@ void mc_address_init(mc_sim *sim)
 {
     const mc_config *cfg = &sim->cfg;
     int shift = cfg->offset_bits;
+    sim->mixed_radix = 0;
     for (int i = 0; i < MC_F_COUNT; i++) {
         sim->field_shift[i] = 0;
         sim->field_mask[i] = 0;
@@ -16,6 +17,21 @@ void mc_address_init(mc_sim *sim)
         sim->field_shift[cfg->map_fields[i]] = shift;
         sim->field_mask[cfg->map_fields[i]] = (1ull << bits) - 1;
         shift += bits;
+        sim->radix[i] = cfg->map_radix[i] ? (uint64_t)cfg->map_radix[i] : 1ull << bits;
+        if (cfg->map_radix[i]) sim->mixed_radix = 1;
+    }
+}
+
+/* a mapping with a field whose count is not a power of two: the request index's digits in
+ * the fields' radices, the least significant field first */
+void mc_decode_mixed(const mc_sim *sim, uint64_t addr, int64_t *f)
+{
+    uint64_t x = addr >> sim->cfg.offset_bits;
+    for (int i = 0; i < MC_F_COUNT; i++) f[i] = 0;
+    for (int i = sim->cfg.map_count - 1; i >= 0; i--) {
+        const uint64_t n = sim->radix[i];
+        f[sim->cfg.map_fields[i]] = (int64_t)(x % n);
+        x /= n;
     }
 }
 

@@ -229,6 +229,8 @@ struct mc_sim {
     uint64_t capacity;
     int field_shift[MC_F_COUNT];       /* address fields (address.c) */
     uint64_t field_mask[MC_F_COUNT];
+    uint64_t radix[MC_F_COUNT];        /* each mapping entry's count (msb..lsb, as map_fields) */
+    int mixed_radix;                   /* some count not a power of two: mc_decode_mixed */
     channel *ch;
     /* authority parameters (current) */
     int hwm[MC_NUM_REQ], lwm[MC_NUM_REQ];
@@ -315,8 +317,13 @@ static inline int mc_failed(const mc_sim *sim) { return sim->err_code && sim->er
 /* address.c */
 void mc_address_init(mc_sim *sim);
 /* an address's fields (MC_F_*); inline: the front end decodes every request */
+void mc_decode_mixed(const mc_sim *sim, uint64_t addr, int64_t *f);
 static inline void mc_decode_fields(const mc_sim *sim, uint64_t addr, int64_t *f)
 {
+    if (sim->mixed_radix) {
+        mc_decode_mixed(sim, addr, f);
+        return;
+    }
     for (int i = 0; i < MC_F_COUNT; i++)
         f[i] = (int64_t)((addr >> sim->field_shift[i]) & sim->field_mask[i]);
 }

@@ -70,9 +70,13 @@ typedef struct mc_config {
     /* organisation */
     int channels, pseudo_channels, ranks, bankgroups, banks_per_group, rows, columns;
     int request_bytes;
-    /* address mapping: fields msb..lsb, with their bit counts; offset_bits below them */
+    /* address mapping: fields msb..lsb, with their bit counts; offset_bits below them. A
+     * field whose count is not a power of two (a GPU's 5 or 6 stacks: 40 or 48 channels) gives
+     * it in map_radix (0: 1 << map_bits) and the address decodes digit by digit in that mixed
+     * radix, the least significant field first */
     int map_fields[MC_F_COUNT];
     int map_bits[MC_F_COUNT];
+    int map_radix[MC_F_COUNT];
     int map_count;
     int offset_bits;
     /* timing, memory cycles */

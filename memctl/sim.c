@@ -118,11 +118,14 @@ static int check_config(mc_sim *sim, const mc_config *k)
              k->map_fields[i]);
         NEED(k->map_bits[i] >= 0 && k->map_bits[i] <= 30, "bad address field width %d",
              k->map_bits[i]);
-        NEED((1 << k->map_bits[i]) <= counts[k->map_fields[i]],
+        NEED(k->map_radix[i] == 0 || k->map_radix[i] == counts[k->map_fields[i]],
+             "address field %d has radix %d, not its count %d", k->map_fields[i],
+             k->map_radix[i], counts[k->map_fields[i]]);
+        const int radix = k->map_radix[i] ? k->map_radix[i] : 1 << k->map_bits[i];
+        NEED(radix <= counts[k->map_fields[i]],
              "address field %d has %d bits: values up to %d, beyond its count %d",
-             k->map_fields[i], k->map_bits[i], (1 << k->map_bits[i]) - 1,
-             counts[k->map_fields[i]]);
-        bits += k->map_bits[i];
+             k->map_fields[i], k->map_bits[i], radix - 1, counts[k->map_fields[i]]);
+        bits += k->map_radix[i] ? 64 - __builtin_clzll((uint64_t)radix - 1) : k->map_bits[i];
     }
     NEED(bits <= 62, "address mapping needs %d bits", bits);
     NEED(!k->pim_enabled || (k->pim_column_cycles > 0 && k->mode_switch_cycles >= 0),
@@ -221,7 +224,8 @@ mc_sim *mc_new(const mc_config *cfg, char *err, int errlen)
         if ((sim->host_banks >> b) & 1) sim->host_bank_list[sim->host_bank_count++] = b;
     }
     uint64_t cap = (uint64_t)k->request_bytes;
-    for (int i = 0; i < k->map_count; i++) cap <<= k->map_bits[i];
+    for (int i = 0; i < k->map_count; i++)
+        cap *= k->map_radix[i] ? (uint64_t)k->map_radix[i] : 1ull << k->map_bits[i];
     sim->capacity = cap;
     mc_address_init(sim);
     sim->host_qd = k->host_queue_depth > 0 ? k->host_queue_depth : k->queue_depth;

@@ -69,6 +69,12 @@ def authority_rule(parser: argparse.ArgumentParser) -> None:
              "'layer' from each host layer's traits alone. docs/runtime.md")
 
 
+#: --part's help, as `pimrt run`, `compare` and `host-times` take it
+PART_HELP = ("memory part (name or TOML file); default: the host part's GPU's own memory with "
+             "PIM units, v100_hbm2_pim (the V100's four HBM2 stacks) for v100 and v100_tc, "
+             "a100_hbm2_pim (the A100's five) for a100 and a100_tc. docs/runtime.md")
+
+
 def precision(parser: argparse.ArgumentParser) -> None:
     """--precision and --host-part, as `pimrt run`, `compare` and a sweep's axes take them."""
     from pimrt.graph.precision import PRECISIONS

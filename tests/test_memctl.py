@@ -250,9 +250,11 @@ def test_random_reads_land_on_the_activation_bound(name):
     assert bound <= s["cycles"] <= 1.15 * bound, (s["cycles"], bound)
 
 
-@pytest.mark.parametrize("name", ["hbm2", "ddr4", "hbm2_pim"])
-def test_python_and_c_decode_addresses_alike(name):
-    part = load_part(name)
+@pytest.mark.parametrize("name, org", [("hbm2", {}), ("ddr4", {}), ("hbm2_pim", {}),
+                                       ("hbm2", {"channels": 40}),
+                                       ("hbm2", {"channels": 6, "pseudo_channels": 2})])
+def test_python_and_c_decode_addresses_alike(name, org):
+    part = load_part(name, {"organization": org})
     ctl = Controller(part, Options(policy="serial"))
     addrs = np.random.default_rng(1).integers(0, part.capacity_bytes, 200, dtype=np.uint64)
     py = decode_address(part, addrs)

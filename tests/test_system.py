@@ -38,30 +38,58 @@ def test_the_default_system_is_the_v100_with_its_own_memory():
     assert s["memory"]["host_outstanding_requests"] == load_host_part("v100").outstanding(p)
     assert s["host"]["peak_tflops"] == 15.7
     parser = build_parser()
+    from pimrt.runtime.session import host_part_for, part_for
     for cmd in (["run"], ["compare"], ["host-times"]):
-        assert parser.parse_args(cmd).part == "v100_hbm2_pim"
+        args = parser.parse_args(cmd)
+        assert args.part is None              # the host part's own memory
+        assert part_for(host_part_for(args.precision, args.host_part), args.part) \
+            == "v100_hbm2_pim"
+        for precision, host, part in (("amp-fp16", "v100_tc", "v100_hbm2_pim"),
+                                      ("amp-bf16", "a100_tc", "a100_hbm2_pim")):
+            args = parser.parse_args(cmd + ["--precision", precision])
+            assert host_part_for(args.precision, args.host_part) == host
+            assert part_for(host, args.part) == part
+        args = parser.parse_args(cmd + ["--host-part", "a100", "--part", "hbm2_pim"])
+        assert part_for(args.host_part, args.part) == "hbm2_pim"     # a part given stays
+    assert part_for("my_gpu.toml", None) == "v100_hbm2_pim"
     assert load_part("hbm2_pim").channel_count == 8          # the one-stack part stays
 
 
-def test_the_v100_part_converts_every_nanosecond_timing_to_its_clock():
-    """v100_hbm2_pim takes hbm2.toml's timings (DRAMsim3's HBM2 at 1 GHz, so cycles = ns) to
-    877 MHz: each one the JEDEC tables give in ns is ceil(ns / tCK), tREFI rounded down, tRC
-    the larger of its own and tRAS + tRP; clock counts stay. A key left unconverted (as the
-    per-bank refresh's tRFCb and tRREFD were) keeps 1 GHz cycles at 877 MHz."""
+def test_the_a100_system_is_its_five_stacks():
+    from pimrt.host import load_host_part
+    from pimrt.runtime.session import system
+    p = load_part("a100_hbm2_pim")
+    assert p.channel_count == 40 and not p.bit_fields        # 5 stacks: a mixed radix
+    assert p.peak_bandwidth_gbs == pytest.approx(1555.3, abs=0.1)     # the A100 40 GB's 1555
+    assert p.capacity_bytes == 40 << 30
+    assert p.pim["clock_ratio"] == pytest.approx(300 / 1215, abs=1e-3)
+    s = system("a100_hbm2_pim", "a100_tc")
+    assert s["memory"]["pim_units"] == 40 * 8 and s["memory"]["channels"] == 40
+    assert s["memory"]["host_outstanding_requests"] == \
+        load_host_part("a100_tc").outstanding(p) == 3646     # 150 ns x 1555 GB/s / 64 B
+
+
+@pytest.mark.parametrize("name, tck", [("v100_hbm2_pim", 1.14), ("a100_hbm2_pim", 0.823)])
+def test_a_gpu_part_converts_every_nanosecond_timing_to_its_clock(name, tck):
+    """v100_hbm2_pim and a100_hbm2_pim take hbm2.toml's timings (DRAMsim3's HBM2 at 1 GHz, so
+    cycles = ns) to 877 and 1215 MHz: each one the JEDEC tables give in ns is ceil(ns / tCK),
+    tREFI rounded down, tRC the larger of its own and tRAS + tRP; clock counts stay. A key
+    left unconverted (as the V100 part's per-bank refresh tRFCb and tRREFD were) keeps 1 GHz
+    cycles at another clock."""
     import math
-    base, v100 = load_part("hbm2").timing, load_part("v100_hbm2_pim").timing
-    assert base["tCK"] == 1.0 and v100["tCK"] == 1.14
+    base, v100 = load_part("hbm2").timing, load_part(name).timing
+    assert base["tCK"] == 1.0 and v100["tCK"] == tck
     clock_counts = {"CWL", "tCCD_S", "tCCD_L", "tRTRS", "tCK"}
     checked = set()
     for key, ns in base.items():
         if key in clock_counts or not isinstance(ns, (int, float)):
             continue
         if key == "tREFI":
-            want = math.floor(ns / 1.14)
+            want = math.floor(ns / tck)
         elif key == "tRC":
-            want = max(math.ceil(ns / 1.14), v100["tRAS"] + v100["tRP"])
+            want = max(math.ceil(ns / tck), v100["tRAS"] + v100["tRP"])
         else:
-            want = math.ceil(ns / 1.14 - 1e-9)
+            want = math.ceil(ns / tck - 1e-9)
         assert v100[key] == want, key
         checked.add(key)
     assert {"CL", "tRCDRD", "tRP", "tRAS", "tFAW", "tREFI", "tRFC", "tRFCb", "tRREFD"} <= checked
@@ -256,3 +284,19 @@ def test_a_handicapped_baseline_is_caught(graph, monkeypatch):
         context(graph, part, place_step(graph, part), policy="serial"),
         pim_scope=8)) for t in s.tasks]
     assert any(not np.array_equal(a, b) for a, b in zip(serial, handicapped))
+
+
+def test_amp_bf16_runs_on_the_a100_with_its_own_memory(tmp_path):
+    """amp-bf16's default host part is the A100's Tensor Cores, so its default memory is the
+    A100's five stacks (40 channels: a mixed-radix mapping end to end)."""
+    import json
+    from pimrt.cli import main
+    out = tmp_path / "r"
+    assert main(["run", "--model", "resnet_cifar_20", "--batch", "2", "--input", "32",
+                 "--precision", "amp-bf16", "--functional", "none", "--quiet",
+                 "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["part"], s["host_part"]) == ("a100_hbm2_pim", "a100_tc")
+    mem = s["system"]["memory"]
+    assert (mem["name"], mem["channels"], mem["pim_units"]) == ("A100_HBM2_x5_PIM", 40, 320)
+    assert s["requests"] > 0 and 0 < s["lower_bound_step_ms"] <= s["step_ms"] * 1.001

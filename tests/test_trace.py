@@ -701,7 +701,7 @@ def test_round_trip_ramulator_dram(tmp_path_factory, data):
         assert T.detect_format(d / "a.txt") == "ramulator_dram"
 
 
-@pytest.mark.parametrize("name", ["hbm2", "ddr4", "hbm2_pim"])
+@pytest.mark.parametrize("name", ["hbm2", "ddr4", "hbm2_pim", "a100_hbm2_pim"])  # (40 channels)
 @given(data=st.data())
 def test_round_trip_ramulator_rw(tmp_path_factory, name, data):
     from pimrt.memctl import load_part

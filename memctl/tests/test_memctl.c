@@ -779,6 +779,63 @@ static void decode_beyond_capacity(void)
     mc_free(sim);
 }
 
+/* a channel count that is not a power of two (a GPU's five stacks: 40 channels): the address
+ * is the fields' digits in mixed radix, least significant first; the capacity is their
+ * product; a radix that is not its field's count is refused; a trace over every channel runs */
+static void mixed_radix_channels(void)
+{
+    char err[256];
+    mc_config k = hbm2("serial");
+    k.channels = 40;
+    k.map_bits[4] = 0;
+    k.map_radix[4] = 40; /* ro ra bg ba ch pc co: the channel above the 32 columns */
+    mc_sim *sim = mc_new(&k, err, sizeof err);
+    CHECK(sim != NULL, "40 channels: %s", err);
+    if (!sim) return;
+    const uint64_t cap = (uint64_t)64 * 32 * 40 * 4 * 4 * 32768;
+    int64_t f[MC_F_COUNT];
+    CHECK(mc_decode(sim, cap - 64, f) == MC_OK && f[MC_F_ROW] == 32767 &&
+          f[MC_F_CHANNEL] == 39 && f[MC_F_COLUMN] == 31 && f[MC_F_BANK] == 3,
+          "last address: row %lld channel %lld", (long long)f[MC_F_ROW],
+          (long long)f[MC_F_CHANNEL]);
+    CHECK(mc_decode(sim, cap, f) == MC_ERR_ARG, "the capacity is 40 channels' worth");
+    int bad = 0;
+    for (uint64_t line = 0; line < 40 * 32 * 20; line += 7) {
+        const uint64_t x = line, col = x % 32, ch = x / 32 % 40, ba = x / 32 / 40 % 4,
+                       bg = x / 32 / 40 / 4 % 4, ro = x / 32 / 40 / 16;
+        if (mc_decode(sim, line * 64 + 5, f) != MC_OK || (uint64_t)f[MC_F_COLUMN] != col ||
+            (uint64_t)f[MC_F_CHANNEL] != ch || (uint64_t)f[MC_F_BANK] != ba ||
+            (uint64_t)f[MC_F_BANKGROUP] != bg || (uint64_t)f[MC_F_ROW] != ro)
+            bad++;
+    }
+    CHECK(bad == 0, "%d addresses decoded off their mixed-radix digits", bad);
+    enum { N = 40 * 32 * 4 };
+    mc_record *r = calloc(N, sizeof *r);
+    for (int i = 0; i < N; i++) {
+        r[i].cycle = (uint64_t)(i / 8);
+        r[i].addr = (uint64_t)i * 64;
+        r[i].op = MC_READ;
+    }
+    uint64_t used = 0;
+    CHECK(mc_feed(sim, r, N, 1, &used) == MC_OK && mc_finish(sim) == MC_OK && used == N,
+          "a trace over 40 channels: %s", mc_error(sim));
+    mc_summary s;
+    mc_get_summary(sim, &s);
+    int quiet = 0; /* every channel served its 128 reads */
+    for (int c = 0; c < 40; c++) {
+        mc_chan_stats cs;
+        mc_get_chan_stats(sim, MC_HOST, c, &cs);
+        quiet += cs.reads != N / 40;
+    }
+    CHECK(s.requests == N && quiet == 0, "40 channels served %llu of %d (%d channels off)",
+          (unsigned long long)s.requests, N, quiet);
+    free(r);
+    mc_free(sim);
+    k.map_radix[4] = 24; /* not the field's count */
+    CHECK(mc_new(&k, err, sizeof err) == NULL && strstr(err, "radix 24, not its count 40"),
+          "radix 24: %s", err);
+}
+
 /* tWR near INT_MAX: the PIM precharge after a PIM write waits CWL + burst + tWR, summed in 64
  * bits (it came 20 cycles after the write when the int sum wrapped) */
 static void huge_twr_sums_in_64_bits(void)
@@ -1092,6 +1149,7 @@ int main(void)
     api_arguments();
     feed_after_last_is_refused();
     decode_beyond_capacity();
+    mixed_radix_channels();
     huge_twr_sums_in_64_bits();
     random_configs();
     idle_gap_both_ways();

@@ -31,9 +31,7 @@ def register(subparsers) -> None:
     p.add_argument("--slices", type=int, default=None,
                    help="batch slices of the forward pass (see pimrt run --help; default: the "
                         "largest divisor of the batch up to 4)")
-    p.add_argument("--part", default="v100_hbm2_pim",
-                   help="memory part (name or TOML file; v100_hbm2_pim: the V100's four HBM2 "
-                        "stacks with PIM units)")
+    p.add_argument("--part", default=None, help=cliflags.PART_HELP)
     cliflags.precision(p)
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"),
                    help="parameter update of every run (see pimrt run --help; the exchange "
@@ -74,6 +72,7 @@ def run(args) -> int:
     from pimrt.output import atomic_write_text, check_out_dir, incomplete_folders, lock_out_dir
     check_out_dir(args.out, create=False)   # before any work; created and locked below
     args.host_part = session.host_part_for(args.precision, args.host_part)
+    args.part = session.part_for(args.host_part, args.part)
     session.check_precision(args.precision, args.part, args.host_part)
     graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported,
                                   args.precision) for m in models}

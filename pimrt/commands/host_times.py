@@ -28,8 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--slices", type=int, default=None,
                    help="batch slices of the forward pass, as the runs to replay use "
                         "(default as pimrt run)")
-    p.add_argument("--part", default="v100_hbm2_pim",
-                   help="memory part of the runs to replay (it sets which CONVs are split)")
+    p.add_argument("--part", default=None, help=cliflags.PART_HELP)
     cliflags.precision(p)        # --precision and --host-part, as the runs to replay take them
     p.add_argument("--update", default="sgd", choices=("sgd", "gradsa", "laysa"))
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/host_times.json"),
@@ -42,6 +41,7 @@ def run(args) -> int:
     from pimrt.runtime import session
     from pimrt.runtime.host_times import require_cuda
     args.host_part = session.host_part_for(args.precision, args.host_part)
+    args.part = session.part_for(args.host_part, args.part)
     session.check_precision(args.precision, args.part, args.host_part)
     require_cuda(what="pimrt host-times", precision_name=args.precision)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported,

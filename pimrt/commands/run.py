@@ -34,9 +34,7 @@ def register(subparsers) -> None:
                         "beside its feature maps runs slice by slice and the PIM follows slice "
                         "by slice (default: the largest divisor of the batch up to 4; 1: by "
                         "output-channel groups only; docs/runtime.md)")
-    p.add_argument("--part", default="v100_hbm2_pim",
-                   help="memory part (name or TOML file; v100_hbm2_pim: the V100's four HBM2 "
-                        "stacks with PIM units, docs/runtime.md)")
+    p.add_argument("--part", default=None, help=cliflags.PART_HELP)
     cliflags.precision(p)
     p.add_argument("--functional", default="golden",
                    help="run the step for real with the PIM ops on this backend first: golden, "
@@ -185,6 +183,7 @@ def run(args) -> int:
         check_out_file(args.save_trace, "--save-trace")
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
     args.host_part = session.host_part_for(args.precision, args.host_part)
+    args.part = session.part_for(args.host_part, args.part)
     session.check_precision(args.precision, args.part, args.host_part)
     from pimrt.runtime.functional_amp import check_options
     check_options(args.functional, exchange.mode, args.precision)

@@ -181,7 +181,7 @@ MAPPING_ALIASES = {
     "bankgroup_interleaved": "ro_ra_ba_co_bg_ch",
 }
 # organisation fields the address mapping takes bits of
-_POW2_FIELDS = ("channels", "pseudo_channels", "ranks", "bankgroups", "banks_per_group", "rows",
+_POW2_FIELDS = ("pseudo_channels", "ranks", "bankgroups", "banks_per_group", "rows",
                 "columns", "burst_length")
 
 
@@ -199,7 +199,7 @@ class Part:
     pim: Mapping[str, Any] | None = None
     power: Mapping[str, float] | None = None
     pim_energy: Mapping[str, Any] | None = None
-    #: (field, bits) msb..lsb, computed at load time (see address_fields())
+    #: (field, count) msb..lsb, computed at load time (see address_radices())
     _fields: tuple = dataclasses.field(default=(), repr=False)
 
     # -- derived quantities ------------------------------------------------------------------
@@ -293,17 +293,40 @@ class Part:
     def write_latency(self) -> int:
         return self.timing["CWL"]
 
+    def address_radices(self, include_offset: bool = True) -> list[tuple[str, int]]:
+        """(field code, count) msb..lsb: every one of ro ra bg ba pc ch co in mapping order
+        (count 1: the field takes no place), then ("offset", request_bytes) unless
+        include_offset is False. An address is these digits in this mixed radix."""
+        fields = list(self._fields)
+        if include_offset:
+            fields.append(("offset", self.request_bytes))
+        return fields
+
+    @property
+    def bit_fields(self) -> bool:
+        """Every field's count a power of two, so each field is a range of address bits (a
+        GPU's 5 or 6 stacks, 40 or 48 channels, are not)."""
+        return all(_is_pow2(n) for _, n in self._fields)
+
     def address_fields(self, include_offset: bool = True) -> list[tuple[str, int]]:
         """(field code, bits) msb..lsb: every one of ro ra bg ba pc ch co in mapping order (0
         bits where the count is 1), then ("offset", log2(request_bytes)) unless
-        include_offset is False."""
-        fields = list(self._fields)
-        if include_offset:
-            fields.append(("offset", _log2(self.request_bytes)))
-        return fields
+        include_offset is False. A part with a count that is not a power of two has no bit
+        fields: ConfigError (address_radices holds its mapping)."""
+        self._need_bit_fields("bit fields")
+        return [(name, _log2(n)) for name, n in self.address_radices(include_offset)]
+
+    def _need_bit_fields(self, what: str) -> None:
+        if not self.bit_fields:
+            odd = ", ".join(f"{FIELD_NAMES[c]} count {n}" for c, n in self._fields
+                            if not _is_pow2(n))
+            raise ConfigError(f"part {self.name} ({self.path or 'in memory'}): its {odd} is not "
+                              f"a power of two, so its addresses have no {what} (its mapping "
+                              f"is a mixed radix: Part.address_radices)")
 
     def field_shifts(self) -> dict[str, tuple[int, int]]:
-        """field code -> (bit position of its lsb in the byte address, bits)."""
+        """field code -> (bit position of its lsb in the byte address, bits); ConfigError for
+        a part without bit fields (DRAMsim3's and Ramulator's address mappings need them)."""
         out = {}
         pos = 0
         for name, bits in reversed(self.address_fields()):
@@ -313,7 +336,8 @@ class Part:
 
     @property
     def address_bits(self) -> int:
-        return sum(bits for _, bits in self.address_fields())
+        """Bits of a byte address below the capacity (all of the mapping's with bit fields)."""
+        return (self.capacity_bytes - 1).bit_length()
 
     def to_dict(self) -> dict:
         """Plain JSON-serialisable dict (for stats files), derived values included."""
@@ -336,7 +360,9 @@ class Part:
                 "capacity_bytes": self.capacity_bytes,
                 "peak_bandwidth_gbs": self.peak_bandwidth_gbs,
                 "pim_column_cycles": self.pim_column_cycles,
-                "address_fields": [list(f) for f in self.address_fields()],
+                **({"address_fields": [list(f) for f in self.address_fields()]}
+                   if self.bit_fields else
+                   {"address_radices": [list(f) for f in self.address_radices()]}),
             },
         }
 
@@ -655,7 +681,7 @@ def _build(merged: dict, origin: dict, path: pathlib.Path) -> Part:
         fields = _parse_mapping(mapping_text, org, phys_cols)
     except ValueError as exc:
         fail("controller", "address_mapping", f"{mapping_text!r}: {exc}")
-    bits = sum(b for _, b in fields) + _log2(req)
+    bits = (math.prod(n for _, n in fields) * req - 1).bit_length()
     if bits > MAX_ADDRESS_BITS:
         fail("controller", "address_mapping", f"the organisation needs {bits} address bits; the "
              f"model maps at most {MAX_ADDRESS_BITS}")
@@ -921,7 +947,7 @@ def _parse_mapping(text: str, org: Mapping[str, int], physical_columns: int):
                 raise ValueError(f"field {t!r} ({FIELD_NAMES[t]}, {counts[t]} values) is "
                                  f"missing")
             tokens.insert(0, t)  # zero bits; place at the msb end
-    return [(t, _log2(counts[t])) for t in tokens]
+    return [(t, counts[t]) for t in tokens]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -935,11 +961,17 @@ def decode_address(part: Part, addr) -> dict[str, np.ndarray]:
         a = a.astype(np.uint64)
     a = a.astype(np.uint64, copy=False)
     out = {}
-    for code, (pos, bits) in part.field_shifts().items():
-        if code == "offset":
-            continue
-        mask = np.uint64((1 << bits) - 1)
-        out[FIELD_NAMES[code]] = ((a >> np.uint64(pos)) & mask).astype(np.int64)
+    if part.bit_fields:
+        for code, (pos, bits) in part.field_shifts().items():
+            if code == "offset":
+                continue
+            mask = np.uint64((1 << bits) - 1)
+            out[FIELD_NAMES[code]] = ((a >> np.uint64(pos)) & mask).astype(np.int64)
+    else:                    # the digits of the request's index, least significant first
+        x = a // np.uint64(part.request_bytes)
+        for code, n in reversed(part.address_radices(include_offset=False)):
+            out[FIELD_NAMES[code]] = (x % np.uint64(n)).astype(np.int64)
+            x = x // np.uint64(n)
     return {FIELD_NAMES[c]: out[FIELD_NAMES[c]] for c in
             ("ch", "pc", "ra", "bg", "ba", "ro", "co")}
 
@@ -949,16 +981,15 @@ def encode_address(part: Part, channel=0, pseudo_channel=0, rank=0, bankgroup=0,
     """The inverse of decode_address: byte address(es) (uint64) of the given fields."""
     given = {"ch": channel, "pc": pseudo_channel, "ra": rank, "bg": bankgroup, "ba": bank,
              "ro": row, "co": column, "offset": offset}
-    shifts = part.field_shifts()
     scalar = all(np.ndim(v) == 0 for v in given.values())
     addr = np.uint64(0) if scalar else np.zeros(np.broadcast(*given.values()).shape, np.uint64)
-    for code, value in given.items():
-        pos, bits = shifts[code]
+    for code, n in part.address_radices():           # msb..lsb: Horner's rule in mixed radix
+        value = given[code]
         v = np.asarray(value, dtype=np.int64)
-        if np.any(v < 0) or np.any(v >= (1 << bits)):
+        if np.any(v < 0) or np.any(v >= n):
             raise ValueError(f"{FIELD_NAMES.get(code, code)} {value} out of range "
-                             f"0..{(1 << bits) - 1}")
-        addr = addr | (v.astype(np.uint64) << np.uint64(pos))
+                             f"0..{n - 1}")
+        addr = addr * np.uint64(n) + v.astype(np.uint64)
     return int(addr) if scalar else addr
 
 

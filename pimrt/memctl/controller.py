@@ -99,12 +99,14 @@ def make_config(part: Part, opts: Options):
                  "columns"):
         setattr(cfg, name, int(o[name]))
     cfg.request_bytes = part.request_bytes
-    fields = part.address_fields(include_offset=False)
+    fields = part.address_radices(include_offset=False)
     cfg.map_count = len(fields)
-    for i, (name, bits) in enumerate(fields):
+    for i, (name, count) in enumerate(fields):
         cfg.map_fields[i] = _FIELD[name]
-        cfg.map_bits[i] = bits
-    cfg.offset_bits = part.address_fields()[-1][1]
+        pow2 = count & (count - 1) == 0
+        cfg.map_bits[i] = count.bit_length() - 1 if pow2 else 0
+        cfg.map_radix[i] = 0 if pow2 else count     # (a GPU's 40 or 48 channels)
+    cfg.offset_bits = part.request_bytes.bit_length() - 1
     cfg.burst = part.burst_cycles
     for name in ("CL", "CWL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRC", "tCCD_S", "tCCD_L",
                  "tRRD_S", "tRRD_L", "tFAW", "tWR", "tWTR_S", "tWTR_L", "tRTP", "tRTRS", "tREFI",

@@ -23,6 +23,17 @@ DEFAULT_HOST_PART = "v100"
 DEFAULT_HOST_PARTS = {"fp32": "v100", "amp-fp16": "v100_tc", "amp-bf16": "a100_tc"}
 
 
+#: the memory part a host part runs on when none is given: its GPU's own memory with PIM
+#: units (a host part given as a file: the V100's)
+DEFAULT_PARTS = {"v100": "v100_hbm2_pim", "v100_tc": "v100_hbm2_pim",
+                 "a100": "a100_hbm2_pim", "a100_tc": "a100_hbm2_pim"}
+
+
+def part_for(host_part: str, part: str | None) -> str:
+    """--part, or the default memory part of --host-part (after host_part_for)."""
+    return part if part is not None else DEFAULT_PARTS.get(str(host_part), DEFAULT_PART)
+
+
 def host_part_for(precision: str, host_part: str | None) -> str:
     """--host-part, or the default host part of --precision."""
     from pimrt.graph.precision import check

@@ -149,6 +149,9 @@ def parse(data: dict, path: pathlib.Path, limit: int | None = None) -> Spec:
             if opts.get("host_part") is None:     # the precision's default host part
                 from pimrt.runtime.session import host_part_for
                 opts["host_part"] = host_part_for(opts["precision"], None)
+            if opts.get("part") is None:          # the host part's GPU's own memory
+                from pimrt.runtime.session import part_for
+                opts["part"] = part_for(opts["host_part"], None)
             if label is not None:
                 values["variant"] = label
             pid = _hash(opts, path.parent)

@@ -66,14 +66,23 @@ class Layout:
                 f"part {part.name}: Ramulator 2's {'/'.join(self.names)} vectors have no "
                 f"{implied[0]} level, but the part has {counts[implied[0]]} of them")
         self.counts = np.array([counts[n] for n in self.names], dtype=np.uint64)
-        shifts = part.field_shifts()
-        self.shifts = np.array([shifts[_LEVELS[n][0]][0] for n in self.names], dtype=np.uint64)
+        self.shifts = None
+        if part.bit_fields:
+            shifts = part.field_shifts()
+            self.shifts = np.array([shifts[_LEVELS[n][0]][0] for n in self.names],
+                                   dtype=np.uint64)
         self.text = ",".join(self.names)
 
     def encode(self, vec: np.ndarray) -> np.ndarray:
-        """(n, levels) uint64 coordinates -> byte addresses."""
-        return np.bitwise_or.reduce(vec << self.shifts, axis=1) if len(vec) else \
-            np.zeros(0, np.uint64)
+        """(n, levels) uint64 coordinates -> byte addresses (a part whose channels are not a
+        power of two: its mixed radix, pimrt.memctl.config.encode_address)."""
+        if not len(vec):
+            return np.zeros(0, np.uint64)
+        if self.shifts is not None:
+            return np.bitwise_or.reduce(vec << self.shifts, axis=1)
+        from pimrt.memctl.config import encode_address
+        return encode_address(self.part, **{_LEVELS[n][1]: vec[:, i].astype(np.int64)
+                                            for i, n in enumerate(self.names)})
 
 
 def _layout(state: tp.ReadState) -> Layout:
