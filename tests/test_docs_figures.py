@@ -324,6 +324,17 @@ def test_host_model_md_holds_the_bench_host_tables():
     assert f"batch 32, {ms:.3f} ms, {32000 / ms:.0f} img/s, {32000 / ms / 1200:.3f} of the " \
            f"published 1200 img/s (the step {ms / (32000 / 1200):.2f}x longer than it implies)" \
         in words
+    a100 = _load("a100-resnet50-224-amp.json")
+    assert (a100["part"], a100["host_part"], a100["precision"]) == ("a100_hbm2_pim", "a100_tc",
+                                                                    "amp-fp16")
+    g = a100["gpu_only_step_ms"]
+    assert f"is {g:.3f} ms, {32000 / g:.0f} img/s, {32000 / g / 2470:.3f} of the 2470 img/s " \
+           f"NVIDIA publishes for mixed precision on one A100 80 GB" in words
+    assert f"ResNet-50 step at 224x224 runs at {32000 / g / 2470:.3f} of NVIDIA's published " \
+           f"A100 mixed-precision rate" in _words("precision.md")
+    assert f"on it the co-executed step is {a100['speedup_vs_gpu_only']:.3f}x GPU-only's and " \
+           f"{a100['speedup_vs_serial']:.3f}x serial's, step / bound {a100['step_vs_bound']:.3f}" \
+        in _words("precision.md")
     fp32 = c224["resnet50", "authority"]["gpu_only_step_ms"]
     assert f"its ResNet-50 step at 224x224 runs at {32000 / ms / 1200:.3f} of the 1200 img/s " \
            f"NVIDIA publishes for mixed-precision training on one V100 (fp32: " \
