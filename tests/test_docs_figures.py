@@ -318,6 +318,11 @@ def test_host_model_md_holds_the_bench_host_tables():
     ms = c224["resnet50", "authority"]["gpu_only_step_ms"]
     assert f"{ms:.3f} ms, {32000 / ms:.0f} img/s, {32000 / ms / 367:.3f} of the published " \
            f"FP32 rate (the step {ms / (32000 / 367):.2f}x longer than 367 img/s implies)" in words
+    # the V100 model against the H200's measured kernels (bench host --measured)
+    h = _load("host-v100-vs-h200-resnet18.json")["all"]
+    assert f"gives an error factor of {h['error_factor']:.3f} over {h['kernels']} kernels " \
+           f"({100 * h['within_25pct']:.0f}% within +-25%, model / measured " \
+           f"{h['min_ratio']:.2f} to {h['max_ratio']:.2f})" in words
     # and under AMP against NVIDIA's 1200 img/s mixed precision
     _, amp = _compare("compare-amp-fp16-224.json")
     ms = amp["resnet50", "authority"]["gpu_only_step_ms"]

@@ -230,3 +230,88 @@ def test_executed_flops_follow_the_algorithm():
     w = HostWork(g12, None, "backward_data")
     assert w.executed_flops == pytest.approx(
         w.flops * (1 + 3 * V100.strided_dgrad_zero_cost))
+
+
+# ---- a host part against kernels measured with pimrt host-times (--measured) ----------------
+
+def _measured_file(path, factor: float, precision: str = "fp32", **head):
+    """A host-times file of resnet_cifar_20 (batch 2) whose every kernel took `factor` x the
+    v100 model's time alone (the fit's surrogate): a GPU `factor` times slower."""
+    import json
+    from pimrt.runtime import host_times as ht
+    from pimrt.runtime.session import DEFAULT_PART, captured, slices_for
+    from pimrt.runtime.timing import DEFAULT_GROUPS, group_rule, slice_rule, step_part
+    g = captured("resnet_cifar_20", 2, 32, precision=precision)
+    part = step_part(DEFAULT_PART, "v100")
+    ks = ht.step_kernels(g, DEFAULT_GROUPS, group_rule(part, "v100", DEFAULT_GROUPS),
+                         slices=slices_for(2),
+                         slice_rule=slice_rule(part, slices_for(2), groups=DEFAULT_GROUPS))
+    meta = {"model": "resnet_cifar_20", "batch": 2, "input_shape": [2, 3, 32, 32],
+            "precision": precision, "device": "Tesla V100-SXM2-32GB", **head}
+    ht.save(path, {k: 1.0 for k in ks}, meta)
+    rows, _ = cal.load_host_times(path)
+    v100 = load_host_part("v100")
+    model = cal.surrogate_ms(rows, v100, cal.dram_bytes(rows, v100))
+    ht.save(path, {k: factor * model[r.id] for k, r in zip(ks, rows)}, meta)
+    return json.loads(path.read_text())
+
+
+def test_a_host_part_against_kernels_measured_with_host_times(tmp_path, capsys):
+    """`pimrt bench host --measured FILE`: each kernel of the file as it ran (its images,
+    channels, phase) against the model; a GPU twice as slow as the model gives an error factor
+    of 2, and --fit brings it back near 1 by the calibration keys (efficiencies halved, the
+    fixed cost doubled), fitted on half the layers and checked on the other half."""
+    import json
+    doc = _measured_file(tmp_path / "v100.json", 2.0)
+    rows, info = cal.load_host_times(tmp_path / "v100.json")
+    assert len(rows) == len(doc["kernels"]) == 65 and {r.dtype_bytes for r in rows} == {4}
+    assert info["device"] == "Tesla V100-SXM2-32GB" and info["precision"] == "fp32"
+    fit, held = cal.split(rows)
+    assert {r.group for r in fit}.isdisjoint({r.group for r in held})    # by layer
+    out = tmp_path / "bh"
+    assert main(["bench", "host", "--measured", str(tmp_path / "v100.json"), "--fast",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "65 measured kernels (resnet_cifar_20 batch 2 32x32, fp32, on Tesla V100-SXM2-32GB)" \
+        in text and "note:" not in text
+    res = json.loads((out / "v100-v100.json").read_text())
+    assert res["all"]["error_factor"] == pytest.approx(2.0, rel=1e-6)
+    assert main(["bench", "host", "--measured", str(tmp_path / "v100.json"), "--fast", "--fit",
+                 "--out", str(out)]) == 0
+    res = json.loads((out / "v100-v100.json").read_text())
+    assert res["held_out"]["error_factor"] < 1.05 and res["fitted"]["error_factor"] < 1.05
+    p = res["fitted_parameters"]
+    assert p["compute.efficiency"] == pytest.approx(load_host_part("v100").efficiency / 2,
+                                                    rel=0.1)
+
+
+def test_measured_kernels_of_another_gpu_or_precision(tmp_path, capsys):
+    _measured_file(tmp_path / "h200.json", 0.5, "amp-fp16", device="NVIDIA H200")
+    rows, info = cal.load_host_times(tmp_path / "h200.json")
+    assert {r.dtype_bytes for r in rows} == {2} and info["precision"] == "amp-fp16"
+    assert main(["bench", "host", "--host-part", "v100_tc", "--measured",
+                 str(tmp_path / "h200.json"), "--fast", "--out", str(tmp_path / "bh")]) == 0
+    assert "note: " + str(tmp_path / "h200.json") + " was measured on NVIDIA H200, and host " \
+           "part V100-TC models another GPU (V100): the figures below compare two GPUs, " \
+           "they do not calibrate one" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: {k: v for k, v in d.items() if k != "model"}, r'no "model": the kernels'),
+    (lambda d: {**d, "input_shape": [2, 3, 32]}, r"input_shape \[2, 3, 32\], expected"),
+    (lambda d: {**d, "precision": "fp8"}, "precision 'fp8', expected one of"),
+    (lambda d: {**d, "kernels": d["kernels"][:1] + [{**d["kernels"][1], "ms": -1}]},
+     r"kernels\[1\]: ms -1"),
+])
+def test_a_bad_measured_file_is_one_line(tmp_path, capsys, edit, message):
+    import json
+    import re
+    doc = _measured_file(tmp_path / "m.json", 1.0)
+    (tmp_path / "m.json").write_text(json.dumps(edit(doc)))
+    assert main(["bench", "host", "--measured", str(tmp_path / "m.json"), "--fast",
+                 "--out", str(tmp_path / "bh")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and str(tmp_path / "m.json") in err, err
+    assert main(["bench", "host", "--measured", str(tmp_path / "none.json"),
+                 "--out", str(tmp_path / "bh")]) == 2
+    assert "--measured: no such file" in capsys.readouterr().err

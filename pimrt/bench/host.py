@@ -1,4 +1,5 @@
-"""The host model against measured V100 kernels (DeepBench): each kernel's modelled time, as the
+"""The host model against measured V100 kernels (DeepBench), or against the kernels of a file
+`pimrt host-times` wrote on a GPU (--measured): each kernel's modelled time, as the
 runtime times it alone (compute, fixed cost and its DRAM traffic through memctl), against the
 measured one; error factors per phase and per class, on the fitted and the held-out rows; the
 worst rows; a log-log plot. --fit refits the part's calibration parameters on the fitted rows."""
@@ -7,8 +8,9 @@ from __future__ import annotations
 import json
 import pathlib
 
-HELP = ("host model vs measured V100 kernels (DeepBench): error factor per phase and class, "
-        "fitted and held-out rows, worst rows, a log-log plot; --fit refits the calibration")
+HELP = ("host model vs measured V100 kernels (DeepBench), or vs a GPU's kernels pimrt "
+        "host-times measured (--measured FILE): error factor per phase and class, fitted and "
+        "held-out rows, worst rows, a log-log plot; --fit refits the calibration")
 
 
 def add_arguments(p) -> None:
@@ -24,6 +26,10 @@ def add_arguments(p) -> None:
     p.add_argument("--fit", action="store_true",
                    help="refit the part's calibration parameters on the fitted rows first "
                         "and print them (the part file is not changed)")
+    p.add_argument("--measured", type=pathlib.Path, default=None, metavar="FILE",
+                   help="compare (and with --fit fit) the host part against the kernels of a "
+                        "file pimrt host-times wrote on a GPU, instead of DeepBench's V100 "
+                        "rows: a host part of that GPU calibrated on its own kernels")
     p.add_argument("--worst", type=int, default=5, help="worst rows shown each way (default 5)")
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/bench-host"),
                    help="folder for PART.json and PART.png (default: results/bench-host)")
@@ -37,11 +43,24 @@ def run(args) -> int:
     from pimrt.output import atomic_write_text, check_out_dir
 
     part = load_host_part(args.host_part)
-    dataset = cal.data_for(part)            # one line when the part has no data
+    if args.measured is None:
+        dataset = cal.data_for(part)        # one line when the part has no data
+        source = f"{dataset}, DeepBench V100"
     check_out_dir(args.out)
-    rows = cal.load_rows(dataset)
+    if args.measured is None:
+        rows = cal.load_rows(dataset)
+    else:
+        rows, info = cal.load_host_times(args.measured)
+        dataset = f"{info['file']}"
+        source = (f"{info['model']} batch {info['batch']} {info['input']}x{info['input']}, "
+                  f"{info['precision']}, on {info['device']}")
+        gpu = part.name.split("-")[0].lower()
+        if gpu not in str(info["device"]).lower():
+            print(f"note: {args.measured} was measured on {info['device']}, and host part "
+                  f"{part.name} models another GPU ({gpu.upper()}): the figures below compare "
+                  f"two GPUs, they do not calibrate one")
     fit, held = cal.split(rows)
-    print(f"{len(rows)} measured kernels ({dataset}, DeepBench V100): {len(fit)} fitted, "
+    print(f"{len(rows)} measured kernels ({source}): {len(fit)} fitted, "
           f"{len(held)} held out (by layer shape); host part {part.name}, memory {args.part}",
           flush=True)
     fitted = None
@@ -62,11 +81,15 @@ def run(args) -> int:
                    "memory": "bytes at the streaming bandwidth" if args.fast else "memctl",
                    "fitted_parameters": fitted})
     print(cal.format_report(result))
-    path = args.out / f"{args.host_part.replace('/', '_')}.json"
+    stem = args.host_part.replace('/', '_')
+    if args.measured is not None:
+        stem += "-" + args.measured.stem
+    path = args.out / f"{stem}.json"
     for p in (path, args.json):
         if p is not None:
             atomic_write_text(p, json.dumps(result, indent=1) + "\n")
     png = path.with_suffix(".png")
-    cal.plot(rows, fit, model, png, f"{part.name} vs DeepBench V100 ({dataset})")
+    cal.plot(rows, fit, model, png, f"{part.name} vs DeepBench V100 ({dataset})"
+             if args.measured is None else f"{part.name} vs {source}")
     print(f"wrote {path} and {png}")
     return 0

@@ -116,6 +116,55 @@ def load_rows(dataset: str = "fp32") -> list[Row]:
     return rows
 
 
+def load_host_times(path) -> tuple[list[Row], dict]:
+    """The kernels of a file `pimrt host-times` wrote (measured on a CUDA GPU) as rows: each
+    one's geometry as it ran (its images, its output channels and the whole conv groups they
+    cover, pimrt.host.measure), its phase and measured time, its tensors in the file's
+    precision; the unit of the split is the layer (all its phases, channel groups and batch
+    slices on one side). -> (rows, the file's model, batch, input, precision and device)."""
+    from pimrt.host.gemm import conv_geom
+    from pimrt.host.measure import _sub_problem
+    from pimrt.jsonfile import read_json
+    from pimrt.runtime import host_times as ht
+    from pimrt.runtime.session import captured
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--measured: no such file {path} (a JSON file pimrt host-times "
+                          f"wrote)")
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected an object (format {ht.FORMAT})")
+    model, shape = doc.get("model"), doc.get("input_shape")
+    precision = doc.get("precision", "fp32")
+    if not isinstance(model, str) or not model:
+        raise ConfigError(f"{path}: no \"model\": the kernels' layers are the model's, so "
+                          f"their shapes need it (files pimrt host-times writes have it)")
+    if not (isinstance(shape, list) and len(shape) == 4 and all(type(d) is int and d > 0
+                                                                for d in shape)
+            and shape[2] == shape[3]):
+        raise ConfigError(f"{path}: input_shape {shape!r}, expected [batch, channels, side, "
+                          f"side] (files pimrt host-times writes have it)")
+    from pimrt.graph.precision import PRECISIONS
+    if precision not in PRECISIONS:
+        raise ConfigError(f"{path}: precision {precision!r}, expected one of "
+                          f"{', '.join(PRECISIONS)}")
+    graph = captured(model, shape[0], shape[2], precision=precision)
+    times, fields = ht.load(path, graph)          # every other check, naming the entry
+    es = 2 if precision != "fp32" else 4
+    rows = []
+    for (layer, phase, lo, hi, samples), ms in times.items():
+        g = conv_geom(graph[layer], samples)
+        cin, cout, groups = _sub_problem(g, lo, hi)
+        geom = dataclasses.replace(g, name=f"{layer}[{lo}:{hi}]", cin=cin, cout=cout,
+                                   groups=groups)
+        rows.append(Row(f"{layer}[{lo}:{hi}]x{samples}/{phase}", model, f"{model} {layer}",
+                        geom, phase, float(ms), "", es))
+    info = {"model": model, "batch": shape[0], "input": shape[2], "precision": precision,
+            "device": fields.get("device", "a device the file does not name"),
+            "file": path.name}
+    return rows, info
+
+
 def split(rows: Sequence[Row]) -> tuple[list[Row], list[Row]]:
     """(fitted, held out): the layer shapes (rows without their batch) in the data's order,
     alternately; all batches of a shape and all its phases land on the same side."""
