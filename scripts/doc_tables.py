@@ -121,6 +121,32 @@ def amp_table(rows: list[dict], fp32_rows: list[dict]) -> list[str]:
     return out
 
 
+def system_table(rows: list[dict], base_rows: list[dict]) -> list[str]:
+    """A compare on another system (docs/precision.md: amp-bf16 on the A100) beside the
+    default system's compare of the same models and input (amp-fp16 on the V100): each step,
+    its yardsticks and the speedups, and the default system's speedups beside them."""
+    models, by = _by(rows)
+    _, base = _by(base_rows)
+    b0 = base[(models[0], "authority")]
+    out = [f"| model | GPU-only ms | serial ms | step ms | bound ms | vs GPU-only | vs serial | "
+           f"step / bound | {b0['precision']} on {b0['part']}: vs GPU-only | vs serial |",
+           "|---" * 10 + "|"]
+    sums = [0.0] * 5
+    for m in models:
+        a, b = by[(m, "authority")], base[(m, "authority")]
+        vals = (a["speedup_vs_gpu_only"], a["speedup_vs_serial"], a["step_vs_bound"],
+                b["speedup_vs_gpu_only"], b["speedup_vs_serial"])
+        sums = [x + y for x, y in zip(sums, vals)]
+        name = "vgg16 (BN)" if m == "vgg16" else m
+        out.append(f"| {name} | {a['gpu_only_step_ms']:.3f} | {a['serial_step_ms']:.3f} | "
+                   f"{a['step_ms']:.3f} | {a['bound_step_ms']:.3f} | {vals[0]:.3f}x | "
+                   f"{vals[1]:.3f}x | {vals[2]:.3f} | {vals[3]:.3f}x | {vals[4]:.3f}x |")
+    n = len(models)
+    out.append(f"| mean | | | | | **{sums[0] / n:.3f}x** | **{sums[1] / n:.3f}x** | "
+               f"{sums[2] / n:.3f} | {sums[3] / n:.3f}x | {sums[4] / n:.3f}x |")
+    return out
+
+
 def _printed(fn, *args) -> list[str]:
     """What a bench's print function prints, as lines."""
     import contextlib
@@ -497,6 +523,10 @@ def main(argv=None) -> int:
             print("\n".join(sensitivity_model_rows(rows, argv[1])))
         return 0
     data = [json.load(open(a)) for a in argv]
+    if isinstance(data[0], list) and len(data) == 2 \
+            and data[0][0]["part"] != data[1][0]["part"]:  # two systems' compare.json
+        print("\n".join(system_table(data[0], data[1])))
+        return 0
     if isinstance(data[0], list) and len(data) == 2:  # an AMP compare.json and the fp32 one
         print("\n".join(amp_table(data[0], data[1])))
         return 0

@@ -41,6 +41,35 @@ def test_the_amp_table_is_its_results_files(doc, amp, fp32):
     assert not missing, f"docs/{doc} lacks these rows of docs/figures/{amp}: {missing[:3]}"
 
 
+@pytest.mark.parametrize("other,base", [
+    ("compare-amp-bf16-a100-32.json", "compare-amp-fp16-32.json"),
+    ("compare-amp-bf16-a100-224.json", "compare-amp-fp16-224.json"),
+])
+def test_precision_md_holds_amp_bf16_on_the_a100(other, base):
+    text = (ROOT / "docs" / "precision.md").read_text()
+    a, b = (json.loads((FIG / f).read_text()) for f in (other, base))
+    assert {(r["part"], r["host_part"], r["precision"]) for r in a} == \
+        {("a100_hbm2_pim", "a100_tc", "amp-bf16")}
+    rows = doc_tables.system_table(a, b)
+    missing = [r for r in rows if r not in text]
+    assert not missing, f"precision.md lacks these rows of docs/figures/{other}: {missing[:3]}"
+    assert all(r["speedup_vs_gpu_only"] > 1 and r["speedup_vs_serial"] > 1 for r in a)
+    words = " ".join(text.split())
+    mean = lambda rs, k: sum(r[k] for r in rs) / len(rs)      # noqa: E731
+    size = "32x32" if "-32" in other else "224x224"
+    if size == "32x32":
+        assert f"({mean(a, 'speedup_vs_gpu_only'):.3f}x over GPU-only against " \
+               f"{mean(b, 'speedup_vs_gpu_only'):.3f}x)" in words
+        assert [r["model"] for r in a if r["step_vs_bound"] <= 1.05] == ["resnet18", "vgg16"]
+    else:
+        assert f"({mean(a, 'speedup_vs_gpu_only'):.3f}x against " \
+               f"{mean(b, 'speedup_vs_gpu_only'):.3f}x; ResNet-18 the exception)" in words
+        assert [r["model"] for r in a if r["speedup_vs_gpu_only"] >
+                next(x for x in b if x["model"] == r["model"])["speedup_vs_gpu_only"]] \
+            == ["resnet18"]
+        assert all(r["step_vs_bound"] > 1.05 for r in a)
+
+
 @pytest.mark.parametrize("name", ["sensitivity.csv", "sensitivity-224.csv"])
 def test_runtime_md_holds_the_sensitivity_study(name):
     import csv
