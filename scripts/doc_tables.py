@@ -95,56 +95,56 @@ def energy_summary(rows: list[dict]) -> list[str]:
     return out
 
 
+def _paired(rows: list[dict], other_rows: list[dict], row_of) -> tuple[list[str], list[float]]:
+    """Each model's authority row in `rows` beside its row in `other_rows`: row_of(a, b) ->
+    (the line's cells after the model, the values the last line averages); -> (the lines,
+    the averages)."""
+    models, by = _by(rows)
+    _, other = _by(other_rows)
+    lines, sums = [], None
+    for m in models:
+        cells, vals = row_of(by[(m, "authority")], other[(m, "authority")])
+        sums = list(vals) if sums is None else [x + y for x, y in zip(sums, vals)]
+        lines.append(f"| {'vgg16 (BN)' if m == 'vgg16' else m} | {cells} |")
+    return lines, [x / len(models) for x in sums]
+
+
 def amp_table(rows: list[dict], fp32_rows: list[dict]) -> list[str]:
     """The AMP step beside fp32's (docs/runtime.md, docs/precision.md): an AMP compare's
     authority rows and the fp32 compare's at the same input size."""
-    models, by = _by(rows)
-    _, f32 = _by(fp32_rows)
-    out = ["| model | fp32 step ms | AMP GPU-only ms | AMP serial ms | AMP step ms | AMP bound ms "
-           "| vs GPU-only | vs serial | step / bound | AMP mJ | E / GPU-only | E / serial | "
-           "AMP step / fp32 step |", "|---" * 13 + "|"]
-    sums = [0.0] * 5
-    for m in models:
-        a, f = by[(m, "authority")], f32[(m, "authority")]
+    def row_of(a, f):
         e = a["energy_mj"]
         vals = (a["speedup_vs_gpu_only"], a["speedup_vs_serial"], a["step_vs_bound"],
                 e["vs_gpu_only"], e["vs_serial"])
-        sums = [x + y for x, y in zip(sums, vals)]
-        name = "vgg16 (BN)" if m == "vgg16" else m
-        out.append(f"| {name} | {f['step_ms']:.3f} | {a['gpu_only_step_ms']:.3f} | "
-                   f"{a['serial_step_ms']:.3f} | {a['step_ms']:.3f} | {a['bound_step_ms']:.3f} | "
-                   f"{vals[0]:.3f}x | {vals[1]:.3f}x | {vals[2]:.3f} | {e['total']:,.1f} | "
-                   f"{vals[3]:.3f} | {vals[4]:.3f} | {a['step_ms'] / f['step_ms']:.3f} |")
-    n = len(models)
-    out.append(f"| mean | | | | | | **{sums[0] / n:.3f}x** | **{sums[1] / n:.3f}x** | "
-               f"{sums[2] / n:.3f} | | {sums[3] / n:.3f} | {sums[4] / n:.3f} | |")
-    return out
+        return (f"{f['step_ms']:.3f} | {a['gpu_only_step_ms']:.3f} | {a['serial_step_ms']:.3f} | "
+                f"{a['step_ms']:.3f} | {a['bound_step_ms']:.3f} | {vals[0]:.3f}x | "
+                f"{vals[1]:.3f}x | {vals[2]:.3f} | {e['total']:,.1f} | {vals[3]:.3f} | "
+                f"{vals[4]:.3f} | {a['step_ms'] / f['step_ms']:.3f}"), vals
+    lines, m = _paired(rows, fp32_rows, row_of)
+    return ["| model | fp32 step ms | AMP GPU-only ms | AMP serial ms | AMP step ms | AMP bound ms "
+            "| vs GPU-only | vs serial | step / bound | AMP mJ | E / GPU-only | E / serial | "
+            "AMP step / fp32 step |", "|---" * 13 + "|", *lines,
+            f"| mean | | | | | | **{m[0]:.3f}x** | **{m[1]:.3f}x** | {m[2]:.3f} | | "
+            f"{m[3]:.3f} | {m[4]:.3f} | |"]
 
 
 def system_table(rows: list[dict], base_rows: list[dict]) -> list[str]:
     """A compare on another system (docs/precision.md: amp-bf16 on the A100) beside the
     default system's compare of the same models and input (amp-fp16 on the V100): each step,
     its yardsticks and the speedups, and the default system's speedups beside them."""
-    models, by = _by(rows)
-    _, base = _by(base_rows)
-    b0 = base[(models[0], "authority")]
-    out = [f"| model | GPU-only ms | serial ms | step ms | bound ms | vs GPU-only | vs serial | "
-           f"step / bound | {b0['precision']} on {b0['part']}: vs GPU-only | vs serial |",
-           "|---" * 10 + "|"]
-    sums = [0.0] * 5
-    for m in models:
-        a, b = by[(m, "authority")], base[(m, "authority")]
+    def row_of(a, b):
         vals = (a["speedup_vs_gpu_only"], a["speedup_vs_serial"], a["step_vs_bound"],
                 b["speedup_vs_gpu_only"], b["speedup_vs_serial"])
-        sums = [x + y for x, y in zip(sums, vals)]
-        name = "vgg16 (BN)" if m == "vgg16" else m
-        out.append(f"| {name} | {a['gpu_only_step_ms']:.3f} | {a['serial_step_ms']:.3f} | "
-                   f"{a['step_ms']:.3f} | {a['bound_step_ms']:.3f} | {vals[0]:.3f}x | "
-                   f"{vals[1]:.3f}x | {vals[2]:.3f} | {vals[3]:.3f}x | {vals[4]:.3f}x |")
-    n = len(models)
-    out.append(f"| mean | | | | | **{sums[0] / n:.3f}x** | **{sums[1] / n:.3f}x** | "
-               f"{sums[2] / n:.3f} | {sums[3] / n:.3f}x | {sums[4] / n:.3f}x |")
-    return out
+        return (f"{a['gpu_only_step_ms']:.3f} | {a['serial_step_ms']:.3f} | {a['step_ms']:.3f} "
+                f"| {a['bound_step_ms']:.3f} | {vals[0]:.3f}x | {vals[1]:.3f}x | {vals[2]:.3f} "
+                f"| {vals[3]:.3f}x | {vals[4]:.3f}x"), vals
+    lines, m = _paired(rows, base_rows, row_of)
+    b0 = base_rows[0]
+    return [f"| model | GPU-only ms | serial ms | step ms | bound ms | vs GPU-only | vs serial | "
+            f"step / bound | {b0['precision']} on {b0['part']}: vs GPU-only | vs serial |",
+            "|---" * 10 + "|", *lines,
+            f"| mean | | | | | **{m[0]:.3f}x** | **{m[1]:.3f}x** | {m[2]:.3f} | {m[3]:.3f}x | "
+            f"{m[4]:.3f}x |"]
 
 
 def _printed(fn, *args) -> list[str]:
