@@ -217,7 +217,8 @@ def test_a_part_without_bit_fields_says_so_where_bit_fields_are_needed():
     p = load_part("hbm2", {"organization": {"channels": 40}})
     for call in (p.address_fields, p.field_shifts):
         with pytest.raises(ConfigError, match=r"its channel count 40 is not a power of two, so its "
-                                              r"addresses have no bit fields"):
+                                              r"addresses are digits in a mixed radix, not bit "
+                                              r"fields \(as DRAMsim3's and Ramulator's"):
             call()
     assert p.to_dict()["derived"]["address_radices"][-3:] == [["ch", 40], ["co", 32],
                                                               ["offset", 64]]

@@ -313,16 +313,14 @@ class Part:
         bits where the count is 1), then ("offset", log2(request_bytes)) unless
         include_offset is False. A part with a count that is not a power of two has no bit
         fields: ConfigError (address_radices holds its mapping)."""
-        self._need_bit_fields("bit fields")
-        return [(name, _log2(n)) for name, n in self.address_radices(include_offset)]
-
-    def _need_bit_fields(self, what: str) -> None:
         if not self.bit_fields:
             odd = ", ".join(f"{FIELD_NAMES[c]} count {n}" for c, n in self._fields
                             if not _is_pow2(n))
             raise ConfigError(f"part {self.name} ({self.path or 'in memory'}): its {odd} is not "
-                              f"a power of two, so its addresses have no {what} (its mapping "
-                              f"is a mixed radix: Part.address_radices)")
+                              f"a power of two, so its addresses are digits in a mixed radix, "
+                              f"not bit fields (as DRAMsim3's and Ramulator's address "
+                              f"mappings need)")
+        return [(name, _log2(n)) for name, n in self.address_radices(include_offset)]
 
     def field_shifts(self) -> dict[str, tuple[int, int]]:
         """field code -> (bit position of its lsb in the byte address, bits); ConfigError for
