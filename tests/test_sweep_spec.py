@@ -276,3 +276,25 @@ def test_the_sweep_says_once_per_model_which_layers_run_on_the_host(tmp_path, ca
     out = capsys.readouterr().out
     assert out.count("resnet_cifar_20: note: 1 layer the PIM has no program for run on the "
                      "host: avgpool (global average pool)") == 1
+
+
+def test_a_point_without_a_part_runs_on_its_host_parts_own_memory(tmp_path):
+    s = specs.load(write(tmp_path, TINY + """
+[grid]
+precision = ["fp32", "amp-fp16", "amp-bf16"]
+
+[[points]]
+name = "default"
+
+[[points]]
+name = "given"
+part = "hbm2_pim"
+"""))
+    got = [(p.options["precision"], p.values["variant"], p.options["host_part"],
+            p.options["part"]) for p in s.points]
+    assert got == [("fp32", "default", "v100", "v100_hbm2_pim"),
+                   ("fp32", "given", "v100", "hbm2_pim"),
+                   ("amp-fp16", "default", "v100_tc", "v100_hbm2_pim"),
+                   ("amp-fp16", "given", "v100_tc", "hbm2_pim"),
+                   ("amp-bf16", "default", "a100_tc", "a100_hbm2_pim"),
+                   ("amp-bf16", "given", "a100_tc", "hbm2_pim")]
