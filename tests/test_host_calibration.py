@@ -315,3 +315,4 @@ def test_a_bad_measured_file_is_one_line(tmp_path, capsys, edit, message):
     assert main(["bench", "host", "--measured", str(tmp_path / "none.json"),
                  "--out", str(tmp_path / "bh")]) == 2
     assert "--measured: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "bh").exists()            # refused before the folder

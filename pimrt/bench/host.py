@@ -17,9 +17,9 @@ def add_arguments(p) -> None:
     p.add_argument("--host-part", default="v100",
                    help="host part (name or TOML file) (default: v100; v100_tc is measured "
                         "against the FP16-mixed rows)")
-    p.add_argument("--part", default="v100_hbm2_pim",
-                   help="memory part the kernels' traffic runs on (default: v100_hbm2_pim, "
-                        "the V100's own four HBM2 stacks)")
+    p.add_argument("--part", default=None,
+                   help="memory part the kernels' traffic runs on (default: the host part's "
+                        "own memory, v100_hbm2_pim for the V100's: its four HBM2 stacks)")
     p.add_argument("--fast", action="store_true",
                    help="time the memory as bytes at the streaming bandwidth instead of "
                         "through memctl (what the fit uses; seconds instead of minutes)")
@@ -41,17 +41,16 @@ def run(args) -> int:
     from pimrt.host import calibration as cal
     from pimrt.host.part import load_host_part
     from pimrt.output import atomic_write_text, check_out_dir
+    from pimrt.runtime.session import part_for
 
     part = load_host_part(args.host_part)
-    if args.measured is None:
+    args.part = part_for(args.host_part, args.part)
+    if args.measured is None:               # (each source's bad input before the folder)
         dataset = cal.data_for(part)        # one line when the part has no data
-        source = f"{dataset}, DeepBench V100"
-    check_out_dir(args.out)
-    if args.measured is None:
-        rows = cal.load_rows(dataset)
+        rows, source = cal.load_rows(dataset), f"{dataset}, DeepBench V100"
     else:
         rows, info = cal.load_host_times(args.measured)
-        dataset = f"{info['file']}"
+        dataset = info["file"]
         source = (f"{info['model']} batch {info['batch']} {info['input']}x{info['input']}, "
                   f"{info['precision']}, on {info['device']}")
         gpu = part.name.split("-")[0].lower()
@@ -59,6 +58,7 @@ def run(args) -> int:
             print(f"note: {args.measured} was measured on {info['device']}, and host part "
                   f"{part.name} models another GPU ({gpu.upper()}): the figures below compare "
                   f"two GPUs, they do not calibrate one")
+    check_out_dir(args.out)
     fit, held = cal.split(rows)
     print(f"{len(rows)} measured kernels ({source}): {len(fit)} fitted, "
           f"{len(held)} held out (by layer shape); host part {part.name}, memory {args.part}",
