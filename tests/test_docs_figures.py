@@ -347,6 +347,17 @@ def test_host_model_md_holds_the_bench_host_tables():
     ms = c224["resnet50", "authority"]["gpu_only_step_ms"]
     assert f"{ms:.3f} ms, {32000 / ms:.0f} img/s, {32000 / ms / 367:.3f} of the published " \
            f"FP32 rate (the step {ms / (32000 / 367):.2f}x longer than 367 img/s implies)" in words
+    # where the modelled GPU-only step goes, by kind (the same runs as the compares')
+    split = _load("gpu-only-split-resnet50-224.json")
+    assert split["fp32"]["step_ms"] == c224["resnet50", "authority"]["gpu_only_step_ms"]
+    _, amp224 = _compare("compare-amp-fp16-224.json")
+    assert split["amp-fp16"]["step_ms"] == amp224["resnet50", "authority"]["gpu_only_step_ms"]
+    for prec in ("fp32", "amp-fp16"):
+        assert sum(split[prec]["by"].values()) == pytest.approx(split[prec]["step_ms"], abs=0.01)
+    conv = sum(v for k, v in split["amp-fp16"]["by"].items()
+               if k.split("/")[0] in ("conv", "linear") and not k.endswith("/update"))
+    assert f"under amp-fp16 {conv:.3f}," in words
+    assert f"of which the modelled CONVs alone would take {conv / (32000 / 1200):.2f}" in words
     # the V100 model against the H200's measured kernels (bench host --measured)
     h = _load("host-v100-vs-h200-resnet18.json")["all"]
     assert f"gives an error factor of {h['error_factor']:.3f} over {h['kernels']} kernels " \
