@@ -1,0 +1,61 @@
+"""Where a GPU-only step's time goes: each host task's own share of the step (from its start,
+or the end of the task before it if later, to its end), summed by layer kind and phase, in ms;
+the same GPU-only run as `pimrt run`'s (its step_ms is summary.json's gpu_only_step_ms).
+
+    python scripts/gpu_only_split.py --model resnet50 --input 224 --precision amp-fp16 \
+        --json OUT.json
+
+docs/figures/gpu-only-split-resnet50-224.json holds fp32 and amp-fp16 (docs/host_model.md,
+"Whole networks").
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+
+
+def split(model: str, batch: int, size: int, precision: str, part: str | None = None,
+          host_part: str | None = None) -> dict:
+    from pimrt.runtime import session
+    from pimrt.runtime.exchange import ExchangeConfig
+    host_part = session.host_part_for(precision, host_part)
+    part = session.part_for(host_part, part)
+    graph = session.captured(model, batch, size, precision=precision)
+    t = session.timed(graph, "gpu_only", 1, part, host_part, True, "gpu_only", False,
+                      ExchangeConfig())
+    by: collections.Counter = collections.Counter()
+    prev = 0
+    for task in sorted(t.schedule.tasks, key=lambda k: t.start[k.id]):
+        start, end = int(t.start[task.id]), int(t.end[task.id])
+        kind = graph[task.layer].kind if task.layer in graph else task.kind
+        by[(kind, task.phase)] += max(0, end - max(start, prev))
+        prev = max(prev, end)
+    ms = t.tck_ns * 1e-6
+    return {"step_ms": t.seconds * 1e3,
+            "by": {f"{k}/{p}": round(c * ms, 3) for (k, p), c in by.most_common()}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--input", type=int, default=224)
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--part", default=None)
+    ap.add_argument("--host-part", default=None)
+    ap.add_argument("--json", default=None, help="also write the figures here")
+    a = ap.parse_args(argv)
+    out = split(a.model, a.batch, a.input, a.precision, a.part, a.host_part)
+    text = json.dumps(out, indent=0)
+    print(text)
+    if a.json:
+        from pimrt.output import atomic_write_text
+        import pathlib
+        atomic_write_text(pathlib.Path(a.json), text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
