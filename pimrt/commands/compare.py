@@ -71,9 +71,7 @@ def run(args) -> int:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     from pimrt.output import atomic_write_text, check_out_dir, incomplete_folders, lock_out_dir
     check_out_dir(args.out, create=False)   # before any work; created and locked below
-    args.host_part = session.host_part_for(args.precision, args.host_part)
-    args.part = session.part_for(args.host_part, args.part)
-    session.check_precision(args.precision, args.part, args.host_part)
+    args.host_part, args.part = session.system_for(args.precision, args.host_part, args.part)
     graphs = {m: session.captured(m, args.batch, args.input, args.allow_unsupported,
                                   args.precision) for m in models}
     from pimrt.runtime.schedule import host_fallback_note

@@ -40,9 +40,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from pimrt.runtime import session
     from pimrt.runtime.host_times import require_cuda
-    args.host_part = session.host_part_for(args.precision, args.host_part)
-    args.part = session.part_for(args.host_part, args.part)
-    session.check_precision(args.precision, args.part, args.host_part)
+    args.host_part, args.part = session.system_for(args.precision, args.host_part, args.part)
     require_cuda(what="pimrt host-times", precision_name=args.precision)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported,
                              args.precision)

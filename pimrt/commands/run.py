@@ -182,9 +182,7 @@ def run(args) -> int:
         from pimrt.output import check_out_file
         check_out_file(args.save_trace, "--save-trace")
     exchange = ExchangeConfig(args.update, args.world, args.density, args.link_gbps)
-    args.host_part = session.host_part_for(args.precision, args.host_part)
-    args.part = session.part_for(args.host_part, args.part)
-    session.check_precision(args.precision, args.part, args.host_part)
+    args.host_part, args.part = session.system_for(args.precision, args.host_part, args.part)
     from pimrt.runtime.functional_amp import check_options
     check_options(args.functional, exchange.mode, args.precision)
     graph = session.captured(args.model, args.batch, args.input, args.allow_unsupported,

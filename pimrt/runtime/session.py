@@ -34,6 +34,15 @@ def part_for(host_part: str, part: str | None) -> str:
     return part if part is not None else DEFAULT_PARTS.get(str(host_part), DEFAULT_PART)
 
 
+def system_for(precision: str, host_part: str | None, part: str | None) -> tuple[str, str]:
+    """--host-part and --part as given or by default (the precision's host part, its own
+    memory), checked to run the precision (check_precision) -> (host_part, part)."""
+    host_part = host_part_for(precision, host_part)
+    part = part_for(host_part, part)
+    check_precision(precision, part, host_part)
+    return host_part, part
+
+
 def host_part_for(precision: str, host_part: str | None) -> str:
     """--host-part, or the default host part of --precision."""
     from pimrt.graph.precision import check
