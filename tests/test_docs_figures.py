@@ -86,6 +86,41 @@ def test_precision_md_holds_the_oracle_runs():
            f"and MobileNetV2 {m['step_ms']:.3f} ms ({m['step_vs_bound']:.3f})" in words
 
 
+def test_precision_md_holds_the_bound_gap_runs():
+    """Where the AMP step loses against its bound: scripts/bound_gap.py's file, the same
+    steps and bounds as the compares' (fp32 and amp-fp16), and precision.md's words on it."""
+    runs = {r["precision"]: r for r in _load("bound-gap-resnet50-32.json")["runs"]}
+    words = _words("precision.md")
+    for prec, name in (("fp32", "compare-32.json"), ("amp-fp16", "compare-amp-fp16-32.json")):
+        r, c = runs[prec], _compare(name)[1]["resnet50", "authority"]
+        assert r["step_ms"] == round(c["step_ms"], 3)
+        assert r["bound_ms"] == round(c["bound_step_ms"], 3)
+        # the step's own share of each side's time, summed, covers the step's tasks alone
+        assert sum(k["tasks"] for k in r["by_kind"].values()) > 500
+    a, f = runs["amp-fp16"], runs["fp32"]
+    lag = a["lag_at_phase_end_ms"]
+    gap = a["step_ms"] - a["bound_ms"]
+    assert lag["update"] == pytest.approx(gap, abs=0.002)
+    assert f"the step ends {lag['update']:.3f} ms after its bound: {lag['forward']:.3f} ms of " \
+           f"it by the end of the forward pass, the other {lag['backward'] - lag['forward']:.3f}" \
+           f" ms in the backward pass; the update adds none" in words
+    assert lag["update"] == lag["backward"]
+    bn, dw, dw32 = (a["by_kind"]["pim/batchnorm/bwd"], a["by_kind"]["host/conv/bwd_weight"],
+                    f["by_kind"]["host/conv/bwd_weight"])
+    assert f"grows from {bn['alone_ms']:.3f} to {bn['step_ms']:.3f} ms and the host's weight " \
+           f"gradients from {dw['alone_ms']:.3f} to {dw['step_ms']:.3f} ms (in fp32: " \
+           f"{dw32['alone_ms']:.3f} to {dw32['step_ms']:.3f} ms, the gap there " \
+           f"{f['lag_at_phase_end_ms']['update']:.3f} ms in all)" in words
+    host = [t for t in a["tasks_grown_most"] if t["side"] == "host"]
+    top = host[0]
+    assert top["task"] == "layer2_3_conv1.bwd_weight"
+    assert f"(`{top['task']}` {top['alone_ms']:.3f} -> {top['step_ms']:.3f} ms)" in words
+    assert top["beside"][0]["task"] == "layer2_2_bn3.bwd"
+    assert f"need {top['peak_share_alone']:.2f} of the memory's peak bandwidth" in words
+    worst = max(d["next_starts_later_ms"] - d["lag_before_ms"] for d in a["deferred"])
+    assert f"as late against the bound as the moved one did, within {worst:.3f} ms" in words
+
+
 @pytest.mark.parametrize("name", ["sensitivity.csv", "sensitivity-224.csv"])
 def test_runtime_md_holds_the_sensitivity_study(name):
     import csv
