@@ -20,6 +20,7 @@ def split(model: str, batch: int, size: int, precision: str, part: str | None = 
           host_part: str | None = None) -> dict:
     from pimrt.runtime import session
     from pimrt.runtime.exchange import ExchangeConfig
+    from pimrt.runtime.timing import step_part
     host_part = session.host_part_for(precision, host_part)
     part = session.part_for(host_part, part)
     graph = session.captured(model, batch, size, precision=precision)
@@ -33,8 +34,41 @@ def split(model: str, batch: int, size: int, precision: str, part: str | None = 
         by[(kind, task.phase)] += max(0, end - max(start, prev))
         prev = max(prev, end)
     ms = t.tck_ns * 1e-6
+    moved = bytes_by_kind(graph, t.schedule, part, host_part)
+    assert sum(moved.values()) == t.stats["requests"] * step_part(part, host_part).request_bytes
     return {"step_ms": t.seconds * 1e3,
-            "by": {f"{k}/{p}": round(c * ms, 3) for (k, p), c in by.most_common()}}
+            "by": {f"{k}/{p}": round(c * ms, 3) for (k, p), c in by.most_common()},
+            "gb": {f"{k}/{p}": round(b * 1e-9, 3) for (k, p), b in moved.most_common()},
+            "stream_gbs": streaming_gbs(part, host_part)}
+
+
+def bytes_by_kind(graph, schedule, part: str, host_part: str) -> collections.Counter:
+    """The bytes each task's requests move in the GPU-only step (its work's reads and writes
+    times the request size, as memctl is fed them), summed by layer kind and phase."""
+    from pimrt.runtime.exchange import ExchangeConfig
+    from pimrt.runtime.placement import place_step
+    from pimrt.runtime.timing import step_part
+    from pimrt.runtime.work import context, task_blocks
+    from pimrt.trace.records import READ, WRITE
+    p = step_part(part, host_part)
+    ctx = context(graph, p, place_step(graph, p, "sgd"), host_part, "serial",
+                  exchange=ExchangeConfig())
+    out: collections.Counter = collections.Counter()
+    for task in schedule.tasks:
+        kind = graph[task.layer].kind if task.layer in graph else task.kind
+        n = sum(int(((b["op"] == READ) | (b["op"] == WRITE)).sum())
+                for b in task_blocks(task, ctx))
+        out[(kind, task.phase)] += n * p.request_bytes
+    return out
+
+
+def streaming_gbs(part: str, host_part: str) -> float:
+    """What the GPU-only step's memory-bound kernels are paced to: the host part's
+    stream_fraction of the memory's peak (pimrt.runtime.work.streaming_kernel)."""
+    from pimrt.host import load_host_part
+    from pimrt.runtime.timing import step_part
+    p = step_part(part, host_part)
+    return round(load_host_part(host_part).stream_fraction * p.peak_bandwidth_gbs, 3)
 
 
 def main(argv=None) -> int:

@@ -409,6 +409,22 @@ def test_host_model_md_holds_the_bench_host_tables():
                if k.split("/")[0] in ("conv", "linear") and not k.endswith("/update"))
     assert f"under amp-fp16 {conv:.3f}," in words
     assert f"of which the modelled CONVs alone would take {conv / (32000 / 1200):.2f}" in words
+    # what the memory-bound kernels move, and what that leaves beside the modelled CONVs
+    amp_split, fp32_split = split["amp-fp16"], split["fp32"]
+    mem = [k for k in amp_split["gb"] if k.split("/")[0] in ("batchnorm", "relu", "add", "maxpool")
+           and not k.endswith("/update")]
+    assert sorted(k.split("/")[0] for k in mem) == ["add", "batchnorm", "batchnorm", "maxpool",
+                                                    "maxpool", "relu", "relu"]
+    gb = sum(amp_split["gb"][k] for k in mem)
+    rate = amp_split["stream_gbs"]
+    left = 32000 / 1200 - conv
+    assert f"move {gb:.3f} GB (fp32: {sum(fp32_split['gb'][k] for k in mem):.3f} GB)" in words
+    assert f"At the {rate:.3f} GB/s the model paces them to" in words
+    assert f"that alone takes {gb / rate * 1e3:.3f} ms (they take " \
+           f"{sum(amp_split['by'][k] for k in mem):.3f} ms in the step" in words
+    assert f"the {left:.3f} ms the published rate leaves beside the modelled CONVs would need " \
+           f"{gb / left * 1e3:.0f} GB/s" in words
+    assert gb / left * 1e3 > 898.246 > rate
     # the V100 model against the H200's measured kernels (bench host --measured)
     h = _load("host-v100-vs-h200-resnet18.json")["all"]
     assert f"gives an error factor of {h['error_factor']:.3f} over {h['kernels']} kernels " \
