@@ -44,8 +44,11 @@ def _block(phases: float, fixed: int, regs_per_col: int, free_regs: int = isa.N_
 
 
 # register placeholders of a body: {i} Gi, {j} G(b+i), {i2} G(2b+i), {j2} G(3b+i); in a
-# `pair ` phase (once per two columns) {e} G(2i), {o} G(2i+1)
+# `pair ` phase (once per two columns) {e} G(2i), {o} G(2i+1). In the other phases {pg} is
+# G(2(i//2)+1), the `pair ` phase's {o} of column i's pair, and {hf} the half column i takes
+# of it (lo for an even column, hi for an odd one: kernels16's `{wp}` widening form)
 REGS = ("i", "j", "i2", "j2")
+PAIRED = ("pg", "hf")
 
 
 def _regs(body) -> int:
@@ -65,7 +68,8 @@ def _pointer_streams(body, streams) -> tuple[tuple[str, str], ...]:
     names = [f for line in body for f in string.Formatter().parse(line) if f[1]]
     extra = []
     for _, name, _, _ in names:
-        if name not in streams and name not in REGS + ("e", "o") and name not in extra:
+        if name not in streams and name not in REGS + ("e", "o") + PAIRED \
+                and name not in extra:
             extra.append(name)
     return tuple((s, s) for s in streams) + tuple((e, e.rsplit("_out", 1)[0]) for e in extra)
 
@@ -80,8 +84,8 @@ def _expand(body, b: int, fmt: dict) -> list[str]:
                 raise PimError(f"a pair phase needs an even block, got {b}: {line!r}")
             out += [line[5:].format(e=2 * i, o=2 * i + 1, **fmt) for i in range(b // 2)]
         else:
-            out += [line.format(i=i, j=b + i, i2=2 * b + i, j2=3 * b + i, **fmt)
-                    for i in range(b)]
+            out += [line.format(i=i, j=b + i, i2=2 * b + i, j2=3 * b + i, pg=2 * (i // 2) + 1,
+                                hf="hi" if i % 2 else "lo", **fmt) for i in range(b)]
     return out
 
 

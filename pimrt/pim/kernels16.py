@@ -40,10 +40,12 @@ SGD_APPLY_AMP = ("MOV G{i}, B[{w}+]", "MAD G{i}, B[{d}+], S0, G{i}", "MOV B[{w_o
 # a NaN (an fp32 g*0 is +-0 exactly when g is finite)
 AMP_UNSCALE = ("MOV G{i}, B[{g}+]", "MAD A0, G{i}, S1, A0", "MUL B[{g_out}+], G{i}, S0")
 # a CONV's 16-bit weight gradient (g16, as the CONV writes it) made its fp32 gradient g (the
-# cast autograd's copy back does, exact) and unscaled as above: each 16-bit column widened
-# into the pair of fp32 columns it packs (the weights' pair layout, as sgd_amp writes w16)
-AMP_UNSCALE16 = ("pair MOV G{o}, B[{g16}+]", "pair CVTLO{dt} G{e}, G{o}", "pair CVTHI{dt} G{o}, G{o}",
-                 "MAD A0, G{i}, S1, A0", "MUL B[{g}+], G{i}, S0")
+# cast autograd's copy back does, exact) and unscaled as above: each 16-bit column read once
+# into a register; the pair of fp32 columns it packs (the weights' pair layout, as sgd_amp
+# writes w16) takes its low values, then its high ones, each widened by the first op that
+# reads them ({wp}: `.f16lo` for the pair's even column, `.f16hi` for its odd one)
+AMP_UNSCALE16 = ("pair MOV G{o}, B[{g16}+]", "MAD{wp} A0, G{pg}, S1, A0",
+                 "MUL{wp} B[{g}+], G{pg}, S0")
 
 
 def _widen(reg_raw: str, lo: str, hi: str, src: str) -> tuple[str, ...]:
@@ -98,6 +100,8 @@ POOL16 = {
 
 def suffixed(body, dtype: str) -> tuple[str, ...]:
     """The body with `{dt}` made the dtype's suffix, `{wl}` / `{wh}` its widening forms'
-    (`.f16lo` / `.f16hi`, `.bf16lo` / `.bf16hi`)."""
+    (`.f16lo` / `.f16hi`, `.bf16lo` / `.bf16hi`), and `{wp}` the one of the half a column
+    takes of its pair's register (`.f16{hf}`: {hf} set per column, pimrt.pim.kernels)."""
     return tuple(line.replace("{dt}", f".{dtype}").replace("{wl}", f".{dtype}lo")
-                 .replace("{wh}", f".{dtype}hi") for line in body)
+                 .replace("{wh}", f".{dtype}hi").replace("{wp}", f".{dtype}{{hf}}")
+                 for line in body)
