@@ -178,3 +178,22 @@ def test_unit_faults_a_conversion_with_a_widening_dtype(wd):
     with pytest.raises(PimFaultError) as info:
         drv.run()
     assert (info.value.code, info.value.pc) == (isa.E_OPCODE, 1)
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_amp_unscale16_takes_each_half_of_its_column_register_in_a_widening_form(dt):
+    """amp_unscale_<dt> reads each 16-bit column once (a `pair ` phase) and the pair of fp32
+    columns it packs takes the register's low values (even column), then its high ones (odd
+    column), each in the first op's widening form: no conversion of its own."""
+    from pimrt.pim import kernels as K
+    src = K.STREAM_KERNELS[f"amp_unscale_{dt}"].program().source
+    assert not any(line.startswith(("CVTLO", "CVTHI")) for line in src)
+    b = K.STREAM_KERNELS[f"amp_unscale_{dt}"].block()
+    mads = [line for line in src if line.startswith("MAD")]
+    muls = [line for line in src if line.startswith("MUL")]
+    reads = [line for line in src if line.startswith("MOV G")]
+    assert reads == [f"MOV G{2 * k + 1}, B[p0+]" for k in range(b // 2)]
+    assert mads == [f"MAD.{dt}{'hi' if i % 2 else 'lo'} A0, G{2 * (i // 2) + 1}, S1, A0"
+                    for i in range(b)]
+    assert muls == [f"MUL.{dt}{'hi' if i % 2 else 'lo'} B[p1+], G{2 * (i // 2) + 1}, S0"
+                    for i in range(b)]
