@@ -103,8 +103,8 @@ def test_precision_md_holds_the_bound_gap_runs():
     assert lag["update"] == pytest.approx(gap, abs=0.002)
     assert f"the step ends {lag['update']:.3f} ms after its bound: {lag['forward']:.3f} ms of " \
            f"it by the end of the forward pass, the other {lag['backward'] - lag['forward']:.3f}" \
-           f" ms in the backward pass; the update adds none" in words
-    assert lag["update"] == lag["backward"]
+           f" ms in the backward pass; the update changes it by less than 0.005 ms" in words
+    assert abs(lag["update"] - lag["backward"]) < 0.005
     bn, dw, dw32 = (a["by_kind"]["pim/batchnorm/bwd"], a["by_kind"]["host/conv/bwd_weight"],
                     f["by_kind"]["host/conv/bwd_weight"])
     assert f"grows from {bn['alone_ms']:.3f} to {bn['step_ms']:.3f} ms and the host's weight " \
@@ -112,10 +112,12 @@ def test_precision_md_holds_the_bound_gap_runs():
            f"{dw32['alone_ms']:.3f} to {dw32['step_ms']:.3f} ms, the gap there " \
            f"{f['lag_at_phase_end_ms']['update']:.3f} ms in all)" in words
     host = [t for t in a["tasks_grown_most"] if t["side"] == "host"]
-    top = host[0]
-    assert top["task"] == "layer2_3_conv1.bwd_weight"
+    top = host[0]       # a bottleneck's first 1x1 CONV, beside the block before's bn3
+    block = top["task"].split("_conv1.bwd_weight")[0]
+    assert top["task"] == f"{block}_conv1.bwd_weight"
     assert f"(`{top['task']}` {top['alone_ms']:.3f} -> {top['step_ms']:.3f} ms)" in words
-    assert top["beside"][0]["task"] == "layer2_2_bn3.bwd"
+    stage, k = block.rsplit("_", 1)
+    assert top["beside"][0]["task"] == f"{stage}_{int(k) - 1}_bn3.bwd"
     assert f"need {top['peak_share_alone']:.2f} of the memory's peak bandwidth" in words
     worst = max(d["next_starts_later_ms"] - d["lag_before_ms"] for d in a["deferred"])
     assert f"as late against the bound as the moved one did, within {worst:.3f} ms" in words
@@ -497,7 +499,7 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
     assert f"at {ratio} of the fp32 step" in pr
     kept = {size: [m for m in models if a[m, "authority"]["authority_rule_kept"] == "layer"]
             for a, size in ((a32, 32), (a224, 224))}
-    assert kept == {32: [], 224: ["resnet18", "vgg16"]}
+    assert kept == {32: [], 224: ["resnet18", "resnet50", "vgg16"]}
     assert "The runtime keeps the slack rule's step on all five." in rt
     assert "the runtime keeps the slack rule's step on all five" in pr
     # the PIM's load (its tasks alone over the host's) under AMP and in fp32, and where it
@@ -516,9 +518,11 @@ def test_runtime_and_precision_md_prose_is_the_compare_files():
              for a, size in ((a32, 32), (a224, 224))}
     step = {size: [a[m, "authority"]["step_ms"] for m in kept[size]]
             for a, size in ((a32, 32), (a224, 224))}
-    assert f"(the per-layer rule's step kept on ResNet-18 and VGG-16: {slack[224][0]:.3f} -> " \
-           f"{step[224][0]:.3f} ms, {slack[224][1]:.3f} -> {step[224][1]:.3f})" in rt
-    assert f"(the slack rule's: {slack[224][0]:.3f} and {slack[224][1]:.3f} ms)" in pr
+    assert f"(the per-layer rule's step kept on ResNet-18, ResNet-50 and VGG-16: " \
+           f"{slack[224][0]:.3f} -> {step[224][0]:.3f} ms, {slack[224][1]:.3f} -> " \
+           f"{step[224][1]:.3f}, {slack[224][2]:.3f} -> {step[224][2]:.3f})" in rt
+    assert f"(the slack rule's: {slack[224][0]:.3f}, {slack[224][1]:.3f} and " \
+           f"{slack[224][2]:.3f} ms), the slack rule's on the other two" in pr
     kept224 = [m for m in models if c224[m, "authority"].get("authority_rule_kept") == "layer"]
     assert kept224 == ["resnet50", "densenet121"]
     assert f"(the slack rule's: {c224['resnet50', 'authority']['slack_rule_step_ms']:.3f} and " \
