@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 
 PHASES = {"fwd": "forward", "bwd_data": "backward", "bwd_weight": "backward",
@@ -129,13 +128,8 @@ def main(argv=None) -> int:
                                                                 else sys.argv[1:]),
            "runs": [gap(a.model, a.batch, a.input, prec, a.part, a.host_part, a.top)
                     for prec in a.precision.split(",")]}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if a.json:
-        import pathlib
-
-        from pimrt.output import atomic_write_text
-        atomic_write_text(pathlib.Path(a.json), text + "\n")
+    from figure_out import emit
+    emit(out, a.json)
     return 0
 
 

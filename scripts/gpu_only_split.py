@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 
 
@@ -82,12 +81,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the figures here")
     a = ap.parse_args(argv)
     out = split(a.model, a.batch, a.input, a.precision, a.part, a.host_part)
-    text = json.dumps(out, indent=0)
-    print(text)
-    if a.json:
-        from pimrt.output import atomic_write_text
-        import pathlib
-        atomic_write_text(pathlib.Path(a.json), text + "\n")
+    from figure_out import emit
+    emit(out, a.json, indent=0)
     return 0
 
 
