@@ -124,6 +124,9 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=12, help="tasks listed (default 12)")
     ap.add_argument("--json", default=None, help="also write the figures here")
     a = ap.parse_args(argv)
+    if a.json:                                  # before the run, not after it
+        from pimrt.output import check_out_file
+        check_out_file(a.json, "--json")
     out = {"command": "python scripts/bound_gap.py " + " ".join(argv if argv is not None
                                                                 else sys.argv[1:]),
            "runs": [gap(a.model, a.batch, a.input, prec, a.part, a.host_part, a.top)
@@ -134,4 +137,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from figure_out import run
+    sys.exit(run(main))

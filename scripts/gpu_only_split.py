@@ -80,6 +80,9 @@ def main(argv=None) -> int:
     ap.add_argument("--host-part", default=None)
     ap.add_argument("--json", default=None, help="also write the figures here")
     a = ap.parse_args(argv)
+    if a.json:                                  # before the run, not after it
+        from pimrt.output import check_out_file
+        check_out_file(a.json, "--json")
     out = split(a.model, a.batch, a.input, a.precision, a.part, a.host_part)
     from figure_out import emit
     emit(out, a.json, indent=0)
@@ -87,4 +90,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from figure_out import run
+    sys.exit(run(main))

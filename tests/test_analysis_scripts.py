@@ -48,3 +48,18 @@ def test_gpu_only_split_adds_up():
     gb = out["gb"]
     assert all(v >= 0 for v in gb.values()) and gb["batchnorm/bwd"] > gb["batchnorm/fwd"] > 0
     assert out["stream_gbs"] == pytest.approx(0.833 * 898.246, rel=0.001)
+
+
+@pytest.mark.parametrize("script,args,says", [
+    ("bound_gap.py", ["--precision", "amp-fp17"], "unknown precision 'amp-fp17'"),
+    ("gpu_only_split.py", ["--input", "32", "--json", "/nonexistent-folder/x.json"],
+     "--json /nonexistent-folder/x.json: no folder /nonexistent-folder"),
+])
+def test_a_bad_argument_is_one_line_not_a_traceback(script, args, says):
+    import subprocess
+    root = pathlib.Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "scripts" / script), *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"{script}: error: {r.stderr.split(': error: ', 1)[1].strip()}"
+    assert says in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
