@@ -113,9 +113,9 @@ def test_batchnorm_wrappers_rtl_equals_golden(dt, N, C, H, mean, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["relu_bwd_f16", "residual_add_bf16", "amp_unscale", "sgd_amp_f16",
-                                  "bn_stats_ch_bf16", "bn_bwd_apply_ch_f16", "avgpool2_fwd_f16",
-                                  "avgpool2_bwd_bf16"])
+@pytest.mark.parametrize("name", ["relu_bwd_f16", "residual_add_bf16", "amp_unscale",
+                                  "amp_unscale_bf16", "sgd_amp_f16", "bn_stats_ch_bf16",
+                                  "bn_bwd_apply_ch_f16", "avgpool2_fwd_f16", "avgpool2_bwd_bf16"])
 def test_pyverilator_equals_golden(name):
     from pimrt.pim.rtl import PimRtl
     testing.skip_without_verilator()
