@@ -89,7 +89,9 @@ def test_precision_md_holds_the_oracle_runs():
 def test_precision_md_holds_the_bound_gap_runs():
     """Where the AMP step loses against its bound: scripts/bound_gap.py's file, the same
     steps and bounds as the compares' (fp32 and amp-fp16), and precision.md's words on it."""
-    runs = {r["precision"]: r for r in _load("bound-gap-resnet50-32.json")["runs"]}
+    both = {(r["model"], r["precision"]): r for r in _load("bound-gap-32.json")["runs"]}
+    assert set(both) == {(m, p) for m in ("resnet50", "mobilenetv2") for p in ("fp32", "amp-fp16")}
+    runs = {p: r for (m, p), r in both.items() if m == "resnet50"}
     words = _words("precision.md")
     for prec, name in (("fp32", "compare-32.json"), ("amp-fp16", "compare-amp-fp16-32.json")):
         r, c = runs[prec], _compare(name)[1]["resnet50", "authority"]
@@ -121,6 +123,23 @@ def test_precision_md_holds_the_bound_gap_runs():
     assert f"need {top['peak_share_alone']:.2f} of the memory's peak bandwidth" in words
     worst = max(d["next_starts_later_ms"] - d["lag_before_ms"] for d in a["deferred"])
     assert f"as late against the bound as the moved one did, within {worst:.3f} ms" in words
+    # MobileNetV2: the same story, against its own compare row
+    mb = both["mobilenetv2", "amp-fp16"]
+    c = _compare("compare-amp-fp16-32.json")[1]["mobilenetv2", "authority"]
+    assert (mb["step_ms"], mb["bound_ms"]) == (round(c["step_ms"], 3), round(c["bound_step_ms"], 3))
+    lag, k = mb["lag_at_phase_end_ms"], mb["by_kind"]
+    top = [t for t in mb["tasks_grown_most"] if t["side"] == "host"][0]
+    assert top["task"].endswith("_conv_2.bwd_weight")        # a block's 1x1 projection
+    assert f"MobileNetV2 tells the same story: its step ends {lag['update']:.3f} ms after its " \
+           f"bound, {lag['backward'] - lag['forward']:.3f} ms of it in the backward pass; its " \
+           f"host weight gradients grow from {k['host/conv/bwd_weight']['alone_ms']:.3f} to " \
+           f"{k['host/conv/bwd_weight']['step_ms']:.3f} ms and its PIM batch-norm backward from " \
+           f"{k['pim/batchnorm/bwd']['alone_ms']:.3f} to {k['pim/batchnorm/bwd']['step_ms']:.3f}" \
+           f" ms, the host task grown most a 1x1 projection's weight gradient (`{top['task']}` " \
+           f"{top['alone_ms']:.3f} -> {top['step_ms']:.3f} ms, " \
+           f"{top['peak_share_alone']:.2f} of the peak alone)" in words
+    assert {b["task"] for b in top["beside"][:2]} == {top["task"].replace(
+        "_conv_2.bwd_weight", f"_conv_1_{n}.bwd") for n in (1, 2)}
 
 
 @pytest.mark.parametrize("name", ["sensitivity.csv", "sensitivity-224.csv"])
