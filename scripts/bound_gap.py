@@ -49,15 +49,12 @@ def gap(model: str, batch: int, size: int, precision: str, part: str | None = No
     mine = measured_durations(t)
     tasks = s.tasks
 
-    lag: dict = {}
+    last: dict = {}                 # phase -> (its last task's end in the step, in the bound)
     for x in tasks:
         ph = PHASES.get(x.phase, x.phase)
-        lag[ph] = max(lag.get(ph, 0), int(t.end[x.id]))
-    b_last: dict = {}
-    for x in tasks:
-        ph = PHASES.get(x.phase, x.phase)
-        b_last[ph] = max(b_last.get(ph, 0), int(b_end[x.id]))
-    lag = {ph: round((lag[ph] - b_last[ph]) * ms, 3) for ph in lag}
+        e, be = last.get(ph, (0, 0))
+        last[ph] = (max(e, int(t.end[x.id])), max(be, int(b_end[x.id])))
+    lag = {ph: round((e - be) * ms, 3) for ph, (e, be) in last.items()}
 
     by: dict = collections.defaultdict(lambda: [0, 0, 0])
     for x in tasks:

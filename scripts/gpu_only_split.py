@@ -20,8 +20,8 @@ def split(model: str, batch: int, size: int, precision: str, part: str | None = 
     from pimrt.runtime import session
     from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.runtime.timing import step_part
-    host_part = session.host_part_for(precision, host_part)
-    part = session.part_for(host_part, part)
+    host_part, part = session.system_for(precision, host_part, part)
+    p = step_part(part, host_part)
     graph = session.captured(model, batch, size, precision=precision)
     t = session.timed(graph, "gpu_only", 1, part, host_part, True, "gpu_only", False,
                       ExchangeConfig())
@@ -29,45 +29,42 @@ def split(model: str, batch: int, size: int, precision: str, part: str | None = 
     prev = 0
     for task in sorted(t.schedule.tasks, key=lambda k: t.start[k.id]):
         start, end = int(t.start[task.id]), int(t.end[task.id])
-        kind = graph[task.layer].kind if task.layer in graph else task.kind
-        by[(kind, task.phase)] += max(0, end - max(start, prev))
+        by[(_kind(graph, task), task.phase)] += max(0, end - max(start, prev))
         prev = max(prev, end)
     ms = t.tck_ns * 1e-6
-    moved = bytes_by_kind(graph, t.schedule, part, host_part)
-    assert sum(moved.values()) == t.stats["requests"] * step_part(part, host_part).request_bytes
+    moved = bytes_by_kind(graph, t.schedule, p, host_part)
+    assert sum(moved.values()) == t.stats["requests"] * p.request_bytes
+    from pimrt.host import load_host_part
+    # what the memory-bound kernels are paced to: the host part's stream_fraction of the
+    # memory's peak (pimrt.runtime.work.streaming_kernel)
+    stream = load_host_part(host_part).stream_fraction * p.peak_bandwidth_gbs
     return {"step_ms": t.seconds * 1e3,
-            "by": {f"{k}/{p}": round(c * ms, 3) for (k, p), c in by.most_common()},
-            "gb": {f"{k}/{p}": round(b * 1e-9, 3) for (k, p), b in moved.most_common()},
-            "stream_gbs": streaming_gbs(part, host_part)}
+            "by": {f"{k}/{ph}": round(c * ms, 3) for (k, ph), c in by.most_common()},
+            "gb": {f"{k}/{ph}": round(b * 1e-9, 3) for (k, ph), b in moved.most_common()},
+            "stream_gbs": round(stream, 3)}
 
 
-def bytes_by_kind(graph, schedule, part: str, host_part: str) -> collections.Counter:
-    """The bytes each task's requests move in the GPU-only step (its work's reads and writes
-    times the request size, as memctl is fed them), summed by layer kind and phase."""
+def _kind(graph, task) -> str:
+    """The task's layer kind (the task's own kind where it has no layer: loss, update)."""
+    return graph[task.layer].kind if task.layer in graph else task.kind
+
+
+def bytes_by_kind(graph, schedule, p, host_part: str) -> collections.Counter:
+    """The bytes each task's requests move in the GPU-only step on the step's part p (its
+    work's reads and writes times the request size, as memctl is fed them), summed by layer
+    kind and phase."""
     from pimrt.runtime.exchange import ExchangeConfig
     from pimrt.runtime.placement import place_step
-    from pimrt.runtime.timing import step_part
     from pimrt.runtime.work import context, task_blocks
     from pimrt.trace.records import READ, WRITE
-    p = step_part(part, host_part)
     ctx = context(graph, p, place_step(graph, p, "sgd"), host_part, "serial",
                   exchange=ExchangeConfig())
     out: collections.Counter = collections.Counter()
     for task in schedule.tasks:
-        kind = graph[task.layer].kind if task.layer in graph else task.kind
         n = sum(int(((b["op"] == READ) | (b["op"] == WRITE)).sum())
                 for b in task_blocks(task, ctx))
-        out[(kind, task.phase)] += n * p.request_bytes
+        out[(_kind(graph, task), task.phase)] += n * p.request_bytes
     return out
-
-
-def streaming_gbs(part: str, host_part: str) -> float:
-    """What the GPU-only step's memory-bound kernels are paced to: the host part's
-    stream_fraction of the memory's peak (pimrt.runtime.work.streaming_kernel)."""
-    from pimrt.host import load_host_part
-    from pimrt.runtime.timing import step_part
-    p = step_part(part, host_part)
-    return round(load_host_part(host_part).stream_fraction * p.peak_bandwidth_gbs, 3)
 
 
 def main(argv=None) -> int:
