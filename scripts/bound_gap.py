@@ -17,8 +17,9 @@ the tasks' durations alone (summary.json's contention_free_bound_ms), task by ta
     python scripts/bound_gap.py --model resnet50,mobilenetv2 --input 32 \
         --precision fp32,amp-fp16 --json OUT.json
 
-docs/figures/bound-gap-32.json holds ResNet-50 and MobileNetV2 at 32x32 under fp32 and amp-fp16
-(docs/precision.md, "Where the AMP step loses against the bound").
+docs/figures/bound-gap-32.json holds ResNet-50 and MobileNetV2 at 32x32 under fp32 and amp-fp16,
+docs/figures/bound-gap-224.json ResNet-50, MobileNetV2 and DenseNet-121 at 224x224 under
+amp-fp16 (docs/precision.md, "Where the AMP step loses against the bound").
 """
 from __future__ import annotations
 

@@ -86,6 +86,50 @@ def test_precision_md_holds_the_oracle_runs():
            f"and MobileNetV2 {m['step_ms']:.3f} ms ({m['step_vs_bound']:.3f})" in words
 
 
+def test_precision_md_holds_the_bound_gap_runs_at_224():
+    """The AMP step's gap at 224x224: scripts/bound_gap.py's file, the same steps and bounds
+    as compare-amp-fp16-224.json's, and precision.md's words on it."""
+    runs = {r["model"]: r for r in _load("bound-gap-224.json")["runs"]}
+    assert set(runs) == {"resnet50", "mobilenetv2", "densenet121"}
+    rows = _compare("compare-amp-fp16-224.json")[1]
+    words = _words("precision.md")
+    lags = []
+    for model, r in runs.items():
+        c = rows[model, "authority"]
+        assert (r["input"], r["precision"]) == (224, "amp-fp16")
+        assert (r["step_ms"], r["bound_ms"]) == (round(c["step_ms"], 3),
+                                                 round(c["bound_step_ms"], 3))
+        lag = r["lag_at_phase_end_ms"]
+        assert lag["update"] == pytest.approx(r["step_ms"] - r["bound_ms"], abs=0.002)
+        lags.append(lag)
+    r50, mb, dn = lags
+    assert f"ResNet-50's step ends {r50['update']:.3f} ms after its bound " \
+           f"({r50['forward']:.3f} ms of it by the end of the forward pass), MobileNetV2's " \
+           f"{mb['update']:.3f} ms ({mb['forward']:.3f}), DenseNet-121's {dn['update']:.3f} " \
+           f"ms ({dn['forward']:.3f})" in words
+
+    def task(model: str, name: str) -> str:
+        t = next(t for t in runs[model]["tasks_grown_most"] if t["task"] == name)
+        b = t["beside"][0]
+        assert t["side"] == "host" and t["peak_share_alone"] >= 0.75
+        # it grows by most of the time the PIM runs beside it
+        assert 0.6 * b["ms"] <= t["grew_ms"] <= 1.05 * b["ms"]
+        return (f"(`{name}` {t['alone_ms']:.3f} -> {t['step_ms']:.3f} ms, "
+                f"{t['peak_share_alone']:.3f}", b["task"], f"{b['ms']:.3f} ms")
+    a = task("resnet50", "layer1_0_downsample_0.bwd_weight")
+    assert f"{a[0]} of the peak, beside the PIM's `{a[1]}` for {a[2]};" in words
+    b = task("resnet50", "layer2_0_downsample_0.fwd")
+    assert f"`{b[0][2:]}, beside `{b[1]}` for {b[2]})" in words
+    c = task("mobilenetv2", "features_3_conv_1_0.bwd_weight")
+    assert f"{c[0]}, beside `{c[1]}`, the batch norm of its block's expansion, for " \
+           f"{c[2]})" in words
+    # the ones named are the host tasks that grew most in ResNet-50 and MobileNetV2
+    for model, first in (("resnet50", "layer1_0_downsample_0.bwd_weight"),
+                         ("mobilenetv2", "features_3_conv_1_0.bwd_weight")):
+        host = [t for t in runs[model]["tasks_grown_most"] if t["side"] == "host"]
+        assert host[0]["task"] == first
+
+
 def test_precision_md_holds_the_bound_gap_runs():
     """Where the AMP step loses against its bound: scripts/bound_gap.py's file, the same
     steps and bounds as the compares' (fp32 and amp-fp16), and precision.md's words on it."""
