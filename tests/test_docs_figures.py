@@ -1000,3 +1000,19 @@ def test_runtime_md_host_holding_steps_are_compare_32s():
         assert f"{name} " in words and f"-> {c32[m, 'authority']['step_ms']:.3f}" in words, m
     assert f"(step / bound 1.067 -> {c32['mobilenetv2', 'authority']['step_vs_bound']:.3f})" \
         in words
+
+
+def test_runtime_md_amp_prose_is_the_amp_file():
+    """runtime.md's sentence under its 32x32 AMP table: the means and the AMP step's share of
+    the fp32 step, from the two compare files (it once kept an older mean)."""
+    import statistics
+    amp = {m: r for (m, p), r in _compare("compare-amp-fp16-32.json")[1].items()
+           if p == "authority"}
+    fp = _compare("compare-32.json")[1]
+    share = [amp[m]["step_ms"] / fp[m, "authority"]["step_ms"] for m in amp]
+    mean = {k: statistics.mean(r[k] for r in amp.values())
+            for k in ("speedup_vs_gpu_only", "speedup_vs_serial", "step_vs_bound")}
+    assert f"Under AMP the step beats GPU-only (AMP) by {mean['speedup_vs_gpu_only']:.3f}x and " \
+           f"serial by {mean['speedup_vs_serial']:.3f}x on average and is {min(share):.2f}-" \
+           f"{max(share):.2f} of the fp32 step, but sits further from its bound " \
+           f"({mean['step_vs_bound']:.3f};" in _words("runtime.md")
