@@ -105,6 +105,35 @@ def test_unsupported_ops_are_refused_or_run_on_the_host(nets, tmp_path, capsys):
     assert float(rows["body_2"]["pim_busy_cycles"]) == 0
 
 
+
+@pytest.mark.parametrize("precision", ["amp-fp16", "amp-bf16"])
+def test_under_amp_an_op_with_no_pim_kernel_is_refused_or_run_on_the_host(
+        nets, tmp_path, capsys, precision):
+    """Issue 41's bad input: under AMP too, an op with no (16-bit) PIM kernel is refused
+    before any work naming the fx node, or with --allow-unsupported run on the host in the
+    dtype autocast gives it (its input's: the CONV's 16 bits)."""
+    base = ["run", "--model", f"{nets}:GeluNet", "--batch", "2", "--input", "8",
+            "--precision", precision, "--functional", "none", "--quiet"]
+    assert main([*base, "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err
+    assert "unsupported op at fx node 'body_2': module type GELU" in err
+    assert "Traceback" not in err and not (tmp_path / "refused").exists()
+    out = tmp_path / "allowed"
+    assert main([*base, "--allow-unsupported", "--out", str(out)]) == 0
+    assert "node 'body_2'" in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["precision"] == precision
+    with open(out / "layers.csv") as fh:
+        rows = {r["layer"]: r for r in csv.DictReader(fh)}
+    assert rows["body_2"]["side"] == "host_fallback"
+    assert float(rows["body_2"]["pim_busy_cycles"]) == 0
+    from pimrt.runtime.session import captured
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = captured(f"{nets}:GeluNet", 2, 8, allow_unsupported=True, precision=precision)
+    half = {"amp-fp16": "float16", "amp-bf16": "bfloat16"}[precision]
+    assert g.node("body_2").dtype == g.node("body_0").dtype == half
+
 def test_a_pool_the_pim_cannot_run_is_said_to_run_on_the_host(nets, tmp_path, capsys):
     """A 3x3 max pool and a global average pool run on the host: the run says so once, and
     layers.csv and the graph give the side each layer ran on."""
