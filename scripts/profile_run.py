@@ -6,7 +6,9 @@
 Wraps the functions of each phase (capture, planning, stream building, memctl, reports) and
 charges each one's CPU time (time.process_time) to the phase on top of the stack, under the
 run it belongs to (serial, the policy's, GPU-only, the bound); prints a table, the peak RSS
-(resource.getrusage) reached in each phase, and with --tracemalloc the peak of Python's
+(resource.getrusage) reached in each phase, the requests memctl simulated for each run (a
+run started from a copy of another's controller counts those after the copy) and how many it
+simulated per CPU second, and with --tracemalloc the peak of Python's
 allocations (slower: a small case). --json FILE writes the same figures (CPU seconds by phase
 and by run and phase, the peak RSS, the command and --label's text) for
 scripts/doc_tables.py. Profiling another checkout: PYTHONPATH=DIR (the phases it lacks are
@@ -55,6 +57,8 @@ RUNS = [
 ]
 
 cpu = collections.Counter()        # (run, phase) -> CPU seconds, exclusive
+requests = collections.Counter()   # run -> requests memctl simulated for it (a copy of a
+started: dict = {}                 # controller, Controller.clone: only those after the copy)
 calls = collections.Counter()
 rss = {}                           # phase -> peak RSS (MiB) when it last ended
 rss_run = {}                       # (run, phase) -> the same
@@ -138,6 +142,32 @@ def _wrap_run(fn, name_of):
     return inner
 
 
+def _requests_so_far(ctl) -> int:
+    from pimrt.memctl._native import ffi, lib
+    s = ffi.new("mc_summary *")
+    lib.mc_get_summary(ctl._sim, s)
+    return int(s.requests)
+
+
+def _count_requests() -> None:
+    """Charge each finished controller's requests to its run, less those a copy began with."""
+    from pimrt.memctl.controller import Controller
+    finish, clone = Controller.finish, Controller.clone
+
+    @functools.wraps(finish)
+    def counted_finish(self, *a, **k):
+        out = finish(self, *a, **k)
+        requests[runs[-1] if runs else "-"] += _requests_so_far(self) - started.pop(id(self), 0)
+        return out
+
+    @functools.wraps(clone)
+    def counted_clone(self, *a, **k):
+        copy = clone(self, *a, **k)
+        started[id(copy)] = _requests_so_far(copy)
+        return copy
+    Controller.finish, Controller.clone = counted_finish, counted_clone
+
+
 def _patch(module: str, path: str, wrap) -> None:
     try:
         mod = importlib.import_module(module)
@@ -178,6 +208,7 @@ def main(argv=None) -> int:
             fn) else _wrap_phase)(fn, ph))
     for module, path, name_of in RUNS:
         _patch(module, path, lambda fn, n=name_of: _wrap_run(fn, n))
+    _count_requests()
     if args.tracemalloc:
         tracemalloc.start()
     from pimrt.cli import main as pimrt_main
@@ -204,6 +235,13 @@ def main(argv=None) -> int:
         if s >= 0.05:
             print(f"{run:<14}{phase:<12}{s:>8.1f}{calls.get((run, phase), 0):>7}"
                   f"{rss_run.get((run, phase), 0):>9.0f}")
+    print(f"\n{'run':<14}{'requests simulated':>20}{'memctl CPU s':>14}{'M req/CPU s':>13}")
+    for run, n in requests.most_common():
+        s = cpu.get((run, "memctl"), 0.0)
+        print(f"{run:<14}{n:>20,}{s:>14.1f}{n / max(s, 1e-9) / 1e6:>13.2f}")
+    n = sum(requests.values())
+    s = by_phase.get("memctl", 0.0)
+    print(f"{'all':<14}{n:>20,}{s:>14.1f}{n / max(s, 1e-9) / 1e6:>13.2f}")
     if args.json:
         import json
         import pimrt
@@ -219,7 +257,8 @@ def main(argv=None) -> int:
             "by_run": [{"run": run, "phase": phase, "cpu_s": round(v, 2),
                         "calls": calls.get((run, phase), 0),
                         "rss_mib": round(rss_run.get((run, phase), 0), 1)}
-                       for (run, phase), v in sorted(cpu.items(), key=lambda kv: -kv[1])]}
+                       for (run, phase), v in sorted(cpu.items(), key=lambda kv: -kv[1])],
+            "requests_by_run": dict(requests.most_common())}
         atomic_write_text(pathlib.Path(args.json), json.dumps(doc, indent=1) + "\n")
     return rc
 

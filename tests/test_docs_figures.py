@@ -1017,3 +1017,38 @@ def test_runtime_md_amp_prose_is_the_amp_file():
            f"serial by {mean['speedup_vs_serial']:.3f}x on average and is {min(share):.2f}-" \
            f"{max(share):.2f} of the fp32 step, but sits further from its bound " \
            f"({mean['step_vs_bound']:.3f};" in _words("runtime.md")
+
+
+def test_speed_md_what_the_aim_would_take():
+    """docs/speed.md, "What the aim would take": the requests each run of the 224x224 command
+    simulated and memctl's rate, from docs/figures/profile-resnet50-224-requests.json
+    (scripts/profile_run.py), and DRAMsim3's rates beside `pimrt memsim` from
+    docs/figures/bench-memctl.json."""
+    doc = _load("profile-resnet50-224-requests.json")
+    words = _words("speed.md")
+    memctl = {r["run"]: r["cpu_s"] for r in doc["by_run"] if r["phase"] == "memctl"}
+    assert sum(memctl.values()) == pytest.approx(doc["by_phase"]["memctl"], abs=0.05)
+    label = {"gpu_only": "GPU-only",
+             "authority": "the step (the slack rule's profiled step and its own)",
+             "alone (plan)": "each side's tasks alone (the second timing from where the streams "
+                             "part)",
+             "serial": "serial"}
+    req = doc["requests_by_run"]
+    assert set(req) == set(label)
+    for run, n in req.items():
+        row = f"| {label[run]} | {n:,} | {memctl[run]:.1f} | {n / memctl[run] / 1e6:.2f} |"
+        assert row in words, row
+    total, m = sum(req.values()), doc["by_phase"]["memctl"]
+    rate = total / m / 1e6
+    assert f"| all | {total:,} | {m:.1f} | {rate:.2f} |" in words
+    assert f"the 224x224 command took {doc['cpu_s']:.1f} s of CPU, memctl {m:.1f} s of it, and " \
+           f"memctl simulated {total / 1e9:.3f} billion requests" in words
+    need = total / 60 / 1e6
+    assert f"memctl alone would have to simulate {need:.1f} M requests per CPU second on this " \
+           f"traffic, {need / rate:.1f}x the {rate:.2f} it does" in words
+    assert need / rate > 5 and doc["commit"] in words
+    rows = [r for r in _load("bench-memctl.json")["rows"] if r.get("dramsim3")]
+    d3 = [r["dramsim3"]["requests_per_cpu_s"] / 1e6 for r in rows]
+    vs = [r["process_vs_dramsim3_cpu"] for r in rows]
+    assert f"DRAMsim3 simulated {min(d3):.2f} to {max(d3):.2f} M requests per CPU second, " \
+           f"{min(vs):.1f} to {max(vs):.1f} times fewer than `pimrt memsim`'s whole process" in words
