@@ -10,7 +10,7 @@ run it belongs to (serial, the policy's, GPU-only, the bound); prints a table, t
 run started from a copy of another's controller counts those after the copy) and how many it
 simulated per CPU second, and with --tracemalloc the peak of Python's
 allocations (slower: a small case). --json FILE writes the same figures (CPU seconds by phase
-and by run and phase, the peak RSS, the command and --label's text) for
+and by run and phase, the peak RSS, the requests by run, the command and --label's text) for
 scripts/doc_tables.py. Profiling another checkout: PYTHONPATH=DIR (the phases it lacks are
 left out).
 """
@@ -58,7 +58,7 @@ RUNS = [
 
 cpu = collections.Counter()        # (run, phase) -> CPU seconds, exclusive
 requests = collections.Counter()   # run -> requests memctl simulated for it (a copy of a
-started: dict = {}                 # controller, Controller.clone: only those after the copy)
+                                   # controller, Controller.clone: only those after the copy)
 calls = collections.Counter()
 rss = {}                           # phase -> peak RSS (MiB) when it last ended
 rss_run = {}                       # (run, phase) -> the same
@@ -157,13 +157,14 @@ def _count_requests() -> None:
     @functools.wraps(finish)
     def counted_finish(self, *a, **k):
         out = finish(self, *a, **k)
-        requests[runs[-1] if runs else "-"] += _requests_so_far(self) - started.pop(id(self), 0)
+        requests[runs[-1] if runs else "-"] += (_requests_so_far(self)
+                                                 - getattr(self, "_profile_copied", 0))
         return out
 
     @functools.wraps(clone)
     def counted_clone(self, *a, **k):
         copy = clone(self, *a, **k)
-        started[id(copy)] = _requests_so_far(copy)
+        copy._profile_copied = _requests_so_far(copy)   # (the copy's own attribute)
         return copy
     Controller.finish, Controller.clone = counted_finish, counted_clone
 
