@@ -1052,3 +1052,27 @@ def test_speed_md_what_the_aim_would_take():
     vs = [r["process_vs_dramsim3_cpu"] for r in rows]
     assert f"DRAMsim3 simulated {min(d3):.2f} to {max(d3):.2f} M requests per CPU second, " \
            f"{min(vs):.1f} to {max(vs):.1f} times fewer than `pimrt memsim`'s whole process" in words
+
+
+def test_speed_md_one_run_on_several_cores():
+    """docs/speed.md, "One run on several cores": a one-point sweep's tasks (its tasks.csv) by
+    process, against `pimrt run`'s wall time in the profile of the same command."""
+    import csv
+    with open(FIG / "one-point-sweep-224-tasks.csv", newline="") as fh:
+        tasks = list(csv.DictReader(fh))
+    by_worker: dict[str, list] = {}
+    for t in tasks:
+        assert t["status"] == "done"
+        by_worker.setdefault(t["worker"], []).append(t)
+    assert sorted(len(v) for v in by_worker.values()) == [1, 3]
+    one, three = sorted(by_worker.values(), key=len)
+    secs = {t["kind"]: float(t["wall_s"]) for t in tasks}
+    words = _words("speed.md")
+    assert [t["kind"] for t in three] == ["serial", "bound", "point"] and one[0]["kind"] == "gpu_only"
+    chain = sum(float(t["wall_s"]) for t in three)
+    wall = _load("profile-resnet50-224-requests.json")["wall_s"]
+    assert f"took {secs['serial']:.1f}, {secs['bound']:.1f} and {secs['point']:.1f} s of wall " \
+           f"time one after another in one process ({chain:.1f} s), GPU-only " \
+           f"{secs['gpu_only']:.1f} s in the other, against {wall:.1f} s of wall time for " \
+           f"`pimrt run`" in words
+    assert chain < wall

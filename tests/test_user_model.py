@@ -3,11 +3,13 @@ functional and timed; unsupported ops refused (or run on the host with --allow-u
 a model that cannot be loaded or built is a clear error before any work."""
 import csv
 import json
+import warnings
 
 import pytest
 
 from pimrt import zoo
 from pimrt.cli import main
+from pimrt.runtime.session import captured
 from pimrt.zoo.user import UserModelError
 
 NETS = '''
@@ -61,6 +63,12 @@ def nets(tmp_path):
     return tmp_path / "nets.py"
 
 
+def _layer_rows(out) -> dict:
+    """A run folder's layers.csv by layer name."""
+    with open(out / "layers.csv") as fh:
+        return {r["layer"]: r for r in csv.DictReader(fh)}
+
+
 def test_a_users_model_runs_functional_and_timed(nets, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", "--model", f"{nets}:SmallNet", "--batch", "4", "--input", "16",
@@ -98,12 +106,10 @@ def test_unsupported_ops_are_refused_or_run_on_the_host(nets, tmp_path, capsys):
                  "--input", "16", "--out", str(out), "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "warning: pimrt.graph.capture: node 'body_2'" in err and "host_fallback" in err
-    with open(out / "layers.csv") as fh:
-        rows = {r["layer"]: r for r in csv.DictReader(fh)}
+    rows = _layer_rows(out)
     assert rows["body_2"]["kind"] == "host_fallback" and rows["body_2"]["side"] == "host_fallback"
     assert float(rows["body_2"]["host_busy_cycles"]) > 0
     assert float(rows["body_2"]["pim_busy_cycles"]) == 0
-
 
 
 @pytest.mark.parametrize("precision", ["amp-fp16", "amp-bf16"])
@@ -122,17 +128,15 @@ def test_under_amp_an_op_with_no_pim_kernel_is_refused_or_run_on_the_host(
     assert main([*base, "--allow-unsupported", "--out", str(out)]) == 0
     assert "node 'body_2'" in capsys.readouterr().err
     assert json.loads((out / "summary.json").read_text())["precision"] == precision
-    with open(out / "layers.csv") as fh:
-        rows = {r["layer"]: r for r in csv.DictReader(fh)}
+    rows = _layer_rows(out)
     assert rows["body_2"]["side"] == "host_fallback"
     assert float(rows["body_2"]["pim_busy_cycles"]) == 0
-    from pimrt.runtime.session import captured
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         g = captured(f"{nets}:GeluNet", 2, 8, allow_unsupported=True, precision=precision)
     half = {"amp-fp16": "float16", "amp-bf16": "bfloat16"}[precision]
     assert g.node("body_2").dtype == g.node("body_0").dtype == half
+
 
 def test_a_pool_the_pim_cannot_run_is_said_to_run_on_the_host(nets, tmp_path, capsys):
     """A 3x3 max pool and a global average pool run on the host: the run says so once, and
@@ -145,8 +149,7 @@ def test_a_pool_the_pim_cannot_run_is_said_to_run_on_the_host(nets, tmp_path, ca
     assert len(notes) == 1, printed
     assert "body_6 (maxpool 3x3, stride 2, padding 1)" in notes[0]
     assert "body_7 (global average pool)" in notes[0]
-    with open(out / "layers.csv") as fh:
-        rows = {r["layer"]: r for r in csv.DictReader(fh)}
+    rows = _layer_rows(out)
     assert rows["body_6"]["kind"] == "maxpool" and rows["body_6"]["side"] == "host_fallback"
     assert rows["body_7"]["side"] == "host_fallback"
     assert float(rows["body_6"]["pim_busy_cycles"]) == 0
