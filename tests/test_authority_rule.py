@@ -214,3 +214,26 @@ def test_marginal_shares_add_up_to_the_span_less_the_gaps():
     from pimrt.runtime.timing import marginal
     start, end = np.array([0, 5, 30, 31]), np.array([10, 20, 40, 35])
     assert marginal(start, end) == [10, 10, 10, 0]     # [0,10] [10,20] gap [30,40] inside
+
+
+@pytest.mark.parametrize("left", [0, 10 ** 9])     # a critical host task; one with slack
+def test_the_slack_rules_step_and_its_profile_part_before_any_request(both, left):
+    """docs/speed.md ("What the aim would take"): the slack rule's step and the profiled
+    step it plans on (the per-layer rule's) share no simulated start to copy: their streams
+    part at the first host CONV's parameters, before the first request (the slack rule sets
+    the host's low watermark and epoch cap, the per-layer rule leaves them)."""
+    from pimrt.runtime.placement import place_step
+    from pimrt.runtime.timing import step_part, task_stream
+    from pimrt.runtime.work import context
+    from pimrt.trace.records import PARAM, WRITE
+    step = both["slack"]
+    part = step_part("v100_hbm2_pim", "v100")
+    ctx = context(step.schedule.graph, part, place_step(step.schedule.graph, part), "v100",
+                  "authority")
+    slack = {t.id: (left, 1000, 0.0) for t in step.schedule.tasks}
+    layer, slacked = (np.concatenate(list(task_stream(step.schedule, ctx, True, slack=s)))
+                      for s in (None, slack))
+    n = min(len(layer), len(slacked))
+    first = int(np.flatnonzero(layer[:n] != slacked[:n])[0])
+    assert first <= int(np.flatnonzero(layer["op"] <= WRITE)[0])
+    assert layer["op"][first] == PARAM or slacked["op"][first] == PARAM
