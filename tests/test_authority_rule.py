@@ -230,9 +230,9 @@ def test_the_slack_rules_step_and_its_profile_part_before_any_request(both, left
     part = step_part("v100_hbm2_pim", "v100")
     ctx = context(step.schedule.graph, part, place_step(step.schedule.graph, part), "v100",
                   "authority")
-    slack = {t.id: (left, 1000, 0.0) for t in step.schedule.tasks}
+    per_task = {t.id: (left, 1000, 0.0) for t in step.schedule.tasks}  # (slack, duration, load)
     layer, slacked = (np.concatenate(list(task_stream(step.schedule, ctx, True, slack=s)))
-                      for s in (None, slack))
+                      for s in (None, per_task))
     n = min(len(layer), len(slacked))
     first = int(np.flatnonzero(layer[:n] != slacked[:n])[0])
     assert first <= int(np.flatnonzero(layer["op"] <= WRITE)[0])
