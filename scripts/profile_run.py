@@ -142,13 +142,6 @@ def _wrap_run(fn, name_of):
     return inner
 
 
-def _requests_so_far(ctl) -> int:
-    from pimrt.memctl._native import ffi, lib
-    s = ffi.new("mc_summary *")
-    lib.mc_get_summary(ctl._sim, s)
-    return int(s.requests)
-
-
 def _count_requests() -> None:
     """Charge each finished controller's requests to its run, less those a copy began with."""
     from pimrt.memctl.controller import Controller
@@ -157,14 +150,14 @@ def _count_requests() -> None:
     @functools.wraps(finish)
     def counted_finish(self, *a, **k):
         out = finish(self, *a, **k)
-        requests[runs[-1] if runs else "-"] += (_requests_so_far(self)
+        requests[runs[-1] if runs else "-"] += (self.stats()["requests"]
                                                  - getattr(self, "_profile_copied", 0))
         return out
 
     @functools.wraps(clone)
     def counted_clone(self, *a, **k):
         copy = clone(self, *a, **k)
-        copy._profile_copied = _requests_so_far(copy)   # (the copy's own attribute)
+        copy._profile_copied = copy.stats()["requests"]   # (the copy's own attribute)
         return copy
     Controller.finish, Controller.clone = counted_finish, counted_clone
 
